@@ -1,0 +1,90 @@
+"""Roles, ports, TF_CONFIG and environment from engine inventories: pure, no TF, no hosts."""
+
+import json
+
+import pytest
+
+from workbench.common import roles
+from workbench.engine import strategies
+
+
+def engines_on(layout, gpus_per_host=0):
+    """``layout``: {host: engine count}; engine ids are handed out host by host."""
+    out, eid = [], 0
+    for h, (host, n) in enumerate(layout.items()):
+        for _ in range(n):
+            out.append(roles.EngineInfo(
+                id=eid, host=host, address=f"10.0.0.{h + 1}", pid=1000 + eid,
+                port=5000 + eid, gpus=tuple(range(gpus_per_host)),
+            ))
+            eid += 1
+    return out
+
+
+def plan(engines, strategy, workers, ps=0):
+    a = strategies.get(strategy)
+    return roles.plan(engines, a.ROLES, workers, ps, a.MULTI_ENGINE)
+
+
+def test_two_hosts_four_gpus_each_pin_one_gpu_per_engine():
+    engines = engines_on({"a": 4, "b": 4}, gpus_per_host=4)
+    env = roles.engine_env(engines, "t")
+    assert [env[e.id]["CUDA_VISIBLE_DEVICES"] for e in engines] == ["0", "1", "2", "3"] * 2
+    assert all(env[e.id]["GRPC_FAIL_FAST"] == "use_caller" for e in engines)
+    assert len({env[e.id]["TMPDIR"] for e in engines}) == 8
+
+
+def test_more_engines_than_gpus_leaves_extras_on_cpu():
+    engines = engines_on({"a": 3}, gpus_per_host=2)
+    env = roles.engine_env(engines, "t")
+    assert [env[e.id]["CUDA_VISIBLE_DEVICES"] for e in engines] == ["0", "1", ""]
+
+
+def test_cpu_hosts_get_no_cuda_visible_devices():
+    env = roles.engine_env(engines_on({"a": 2}), "t")
+    assert all("CUDA_VISIBLE_DEVICES" not in e for e in env.values())
+
+
+def test_local_ranks_follow_engine_ids_per_host_even_when_interleaved():
+    engines = [roles.EngineInfo(i, h, h, i, 1) for i, h in enumerate("abab")]
+    assert roles.local_ranks(engines) == {0: 0, 1: 0, 2: 1, 3: 1}
+
+
+def test_three_uneven_hosts_spread_workers_and_build_one_cluster_spec():
+    engines = engines_on({"a": 3, "b": 1, "c": 2})
+    tasks = plan(engines, "multi_worker_mirrored", workers=4)
+    assert [t.host for t in tasks] == ["a", "b", "c", "a"]
+    assert [(t.role, t.index) for t in tasks] == [("worker", i) for i in range(4)]
+    spec = tasks[0].tf_config["cluster"]
+    assert spec == {"worker": ["10.0.0.1:5000", "10.0.0.2:5003", "10.0.0.3:5004", "10.0.0.1:5001"]}
+    assert all(t.tf_config["cluster"] == spec for t in tasks)
+    assert [json.loads(t.tf_config_json)["task"]["index"] for t in tasks] == [0, 1, 2, 3]
+
+
+def test_parameter_server_plan_has_chief_ps_and_workers():
+    tasks = plan(engines_on({"a": 5}), "parameter_server", workers=2, ps=2)
+    assert [(t.role, t.index, t.engine_id) for t in tasks] == [
+        ("chief", 0, 0), ("ps", 0, 1), ("ps", 1, 2), ("worker", 0, 3), ("worker", 1, 4)]
+    cluster = tasks[0].tf_config["cluster"]
+    assert set(cluster) == {"chief", "ps", "worker"}
+    assert len(cluster["ps"]) == 2 and len(cluster["worker"]) == 2 and len(cluster["chief"]) == 1
+    assert tasks[3].target == "10.0.0.1:5003"
+
+
+@pytest.mark.parametrize("strategy", ["single", "mirrored"])
+def test_local_strategies_use_one_engine_without_tf_config(strategy):
+    (task,) = plan(engines_on({"a": 3}), strategy, workers=1)
+    assert task.role == "local" and task.tf_config == {} and task.tf_config_json == ""
+
+
+def test_same_topology_reuses_engines_different_topology_recycles_them():
+    engines = engines_on({"a": 4})
+    first = plan(engines, "multi_worker_mirrored", workers=2)
+    state = {t.engine_id: roles.fingerprint(t) for t in first}
+    assert roles.engines_to_recycle(plan(engines, "multi_worker_mirrored", workers=2), state) == []
+    # three workers: the cluster spec changes, so both engines with MWMS state must go
+    assert roles.engines_to_recycle(plan(engines, "multi_worker_mirrored", workers=3), state) == [0, 1]
+    # a local run on engine 0 after MWMS: its collective state is process-global
+    assert roles.engines_to_recycle(plan(engines, "single", workers=1), state) == [0]
+    # fresh engines are never recycled
+    assert roles.engines_to_recycle(plan(engines, "parameter_server", workers=1, ps=1), {}) == []

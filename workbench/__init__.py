@@ -1,0 +1,31 @@
+"""workbench: try, see and teach distributed TensorFlow training from a notebook.
+
+Importing this package does not import TensorFlow: TF runs on the engines.
+"""
+
+from workbench import datasets, models
+from workbench.errors import (
+    ClusterError,
+    ClusterStartTimeout,
+    ConfigError,
+    EngineError,
+    RunStalled,
+    RunStopped,
+    WorkbenchError,
+)
+from workbench.kernel.cluster import Cluster
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Cluster",
+    "datasets",
+    "models",
+    "WorkbenchError",
+    "ConfigError",
+    "ClusterError",
+    "ClusterStartTimeout",
+    "EngineError",
+    "RunStalled",
+    "RunStopped",
+]

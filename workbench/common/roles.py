@@ -1,0 +1,141 @@
+"""Roles, ports, TF_CONFIG and environment, computed from what engines report.
+
+Pure functions: no TensorFlow, no processes, no sockets. The kernel calls them with the
+inventory the engines sent back; tests call them with made-up multi-host layouts.
+"""
+
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What one engine reports about itself (see ``workbench.engine.inventory``)."""
+
+    id: int
+    host: str
+    address: str  # an address its peers can reach
+    pid: int
+    port: int  # a port reserved for this engine's TF server, stable for its lifetime
+    gpus: tuple = ()  # accelerator indices visible on its host
+    cpus: int = 1
+    tmp: str = "/tmp"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One engine's part in one run."""
+
+    engine_id: int
+    role: str  # "chief" | "worker" | "ps" | "local"
+    index: int
+    host: str
+    target: str  # "address:port" its peers dial, or "" for local runs
+    tf_config: dict = field(default_factory=dict)
+    devices: int = 0  # logical CPU devices a local run splits the engine into (0: as found)
+
+    @property
+    def tf_config_json(self):
+        return json.dumps(self.tf_config, sort_keys=True) if self.tf_config else ""
+
+
+def local_ranks(engines):
+    """Map engine id -> its rank among the engines on the same host (ordered by id)."""
+    ranks, seen = {}, {}
+    for e in sorted(engines, key=lambda e: e.id):
+        ranks[e.id] = seen.get(e.host, 0)
+        seen[e.host] = ranks[e.id] + 1
+    return ranks
+
+
+def engine_env(engines, cluster_tag):
+    """The environment each engine keeps for its lifetime, set before TF is imported.
+
+    One engine owns one GPU: ``CUDA_VISIBLE_DEVICES`` is the GPU at the engine's local
+    rank on its host, or empty (CPU only) for engines beyond the host's GPU count. Hosts
+    without GPUs get no ``CUDA_VISIBLE_DEVICES`` at all. ``TMPDIR`` is private to the
+    engine; ``GRPC_FAIL_FAST=use_caller`` makes a lost peer an error, not a hang.
+    """
+    ranks = local_ranks(engines)
+    envs = {}
+    for e in engines:
+        env = {
+            "GRPC_FAIL_FAST": "use_caller",
+            "TMPDIR": f"{e.tmp.rstrip('/')}/workbench-{cluster_tag}-engine{e.id}",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+        }
+        if e.gpus:
+            rank = ranks[e.id]
+            env["CUDA_VISIBLE_DEVICES"] = str(e.gpus[rank]) if rank < len(e.gpus) else ""
+        envs[e.id] = env
+    return envs
+
+
+def assign(engines, roles, workers, ps):
+    """Pick engines for each role, in the order ``roles`` lists them.
+
+    Returns ``[(engine, role, index), ...]``. Engines are taken by id, so re-running the
+    same topology on the same cluster lands every task on the same engine and port.
+    Roles are spread round-robin over hosts when there are several, so that tasks of one
+    kind do not pile onto one machine.
+    """
+    counts = {"chief": 1, "local": 1, "ps": ps, "worker": workers}
+    pool = _interleave_hosts(engines)
+    out = []
+    for role in roles:
+        for index in range(counts[role]):
+            out.append((pool[len(out)], role, index))
+    return out
+
+
+def _interleave_hosts(engines):
+    by_host = {}
+    for e in sorted(engines, key=lambda e: e.id):
+        by_host.setdefault(e.host, []).append(e)
+    hosts = sorted(by_host, key=lambda h: by_host[h][0].id)
+    out = []
+    while any(by_host.values()):
+        for h in hosts:
+            if by_host[h]:
+                out.append(by_host[h].pop(0))
+    return out
+
+
+def plan(engines, roles, workers, ps, multi_engine, devices=0):
+    """Tasks of one run: roles, task indices, and each task's TF_CONFIG.
+
+    ``roles`` and ``multi_engine`` come from the strategy adapter. Local strategies get
+    one "local" task and no TF_CONFIG.
+    """
+    picked = assign(engines, roles, workers, ps)
+    if not multi_engine:
+        e, role, index = picked[0]
+        return [Task(e.id, role, index, e.host, "", devices=devices)]
+    cluster = {}
+    for e, role, _ in picked:
+        cluster.setdefault(role, []).append(f"{e.address}:{e.port}")
+    tasks = []
+    for e, role, index in picked:
+        tf_config = {"cluster": cluster, "task": {"type": role, "index": index}}
+        tasks.append(Task(e.id, role, index, e.host, f"{e.address}:{e.port}", tf_config))
+    return tasks
+
+
+def fingerprint(task):
+    """The TF process state a task leaves behind on its engine.
+
+    Two runs may share an engine only if they leave the same fingerprint: TF's
+    multi-worker state is process-global, and a server cannot be re-bound.
+    """
+    if not task.tf_config:
+        return ("local", task.devices)
+    return ("cluster", task.tf_config_json)
+
+
+def engines_to_recycle(tasks, state):
+    """Engine ids whose TF state (``state``: id -> fingerprint or None) conflicts with ``tasks``."""
+    return sorted(
+        t.engine_id
+        for t in tasks
+        if state.get(t.engine_id) not in (None, fingerprint(t))
+    )

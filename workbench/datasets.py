@@ -1,0 +1,97 @@
+"""Data for training runs, prepared in the kernel as numpy arrays (no TensorFlow).
+
+Nothing here downloads: ``digits`` is bundled with scikit-learn, ``synthetic`` is made
+from a seed, ``mnist`` reads a local ``mnist.npz`` in the Keras format. A
+``dataset_fn(input_context) -> tf.data.Dataset`` is also accepted by ``Cluster.train``.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from workbench.errors import invalid
+
+
+@dataclass(frozen=True, eq=False)
+class Data:
+    """Train and test arrays: features are float32 rows, labels int32 class indices."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+    @property
+    def input_shape(self):
+        return tuple(self.x_train.shape[1:])
+
+    @property
+    def classes(self):
+        return int(max(self.y_train.max(), self.y_test.max() if len(self.y_test) else 0)) + 1
+
+    def __repr__(self):
+        return (f"<Data {self.name!r}: {len(self.x_train)} train / {len(self.x_test)} test, "
+                f"input shape {self.input_shape}, {self.classes} classes>")
+
+
+def _split(name, x, y, test_fraction, seed):
+    order = np.random.default_rng(seed).permutation(len(x))
+    n_test = int(round(len(x) * test_fraction))
+    test, train = order[:n_test], order[n_test:]
+    return Data(name, x[train], y[train], x[test], y[test])
+
+
+def digits(test_fraction=0.2, seed=0):
+    """scikit-learn's handwritten digits: 1,797 8x8 images, 10 classes, scaled to [0, 1]."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = (d.data / 16.0).astype("float32")
+    return _split("digits", x, d.target.astype("int32"), test_fraction, seed)
+
+
+def synthetic(examples=8192, features=784, classes=10, noise=0.5, test_fraction=0.2, seed=0):
+    """A learnable classification problem: labels from a random linear teacher plus noise."""
+    for name, value, low in (("examples", examples, 2), ("features", features, 1), ("classes", classes, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise invalid(name, value, f"an int >= {low}")
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((examples, features), dtype=np.float32)
+    teacher = rng.standard_normal((features, classes), dtype=np.float32) / np.sqrt(features)
+    logits = x @ teacher + noise * rng.standard_normal((examples, classes), dtype=np.float32)
+    return _split("synthetic", x, logits.argmax(1).astype("int32"), test_fraction, seed)
+
+
+def mnist(path):
+    """MNIST from a local ``mnist.npz`` in Keras' format (keys x_train, y_train, x_test, y_test).
+
+    This machine has no internet: the file must already be there; nothing is downloaded.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise invalid("path", str(path), "an existing mnist.npz file (nothing is downloaded)")
+    with np.load(path) as f:
+        missing = {"x_train", "y_train", "x_test", "y_test"} - set(f.files)
+        if missing:
+            raise invalid("path", str(path), f"an .npz with x_train, y_train, x_test, y_test (missing {sorted(missing)})")
+        def prep(x):
+            return (x.reshape(len(x), -1) / 255.0).astype("float32")
+        return Data("mnist", prep(f["x_train"]), f["y_train"].astype("int32"),
+                    prep(f["x_test"]), f["y_test"].astype("int32"))
+
+
+def from_numpy(x, y, x_test=None, y_test=None, name="numpy", test_fraction=0.2, seed=0):
+    """Wrap arrays; without a test set, ``test_fraction`` of them is held out."""
+    x = np.asarray(x)
+    y = np.asarray(y)
+    if x.ndim < 2 or len(x) == 0:
+        raise invalid("x", f"array of shape {x.shape}", "a non-empty array of shape (examples, features...)")
+    if y.shape[:1] != x.shape[:1]:
+        raise invalid("y", f"array of shape {y.shape}", f"one label per example: shape ({len(x)},)")
+    x = x.astype("float32")
+    y = y.astype("int32") if np.issubdtype(y.dtype, np.integer) else y.astype("float32")
+    if x_test is None:
+        return _split(name, x, y, test_fraction, seed)
+    return Data(name, x, y, np.asarray(x_test, "float32"), np.asarray(y_test).astype(y.dtype))

@@ -1,0 +1,1 @@
+"""Code that runs inside ipyparallel engines. TensorFlow is imported here only."""

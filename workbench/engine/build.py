@@ -1,0 +1,98 @@
+"""Build what a run trains, on the engine: model, optimizer, loss, input pipeline."""
+
+import inspect
+
+
+def keras_model(model):
+    import keras
+
+    return isinstance(model, keras.Model)
+
+
+def model(job):
+    import tensorflow as tf
+
+    m = job.model()
+    if not isinstance(m, tf.Module) and not keras_model(m):
+        raise TypeError(
+            f"Invalid value for argument 'model'. The callable returned {type(m).__name__}. "
+            "Expected it to return a keras.Model or a tf.Module."
+        )
+    if keras_model(m) and not m.built and hasattr(job.data, "input_shape"):
+        m.build((None,) + tuple(job.data.input_shape))
+    if keras_model(m) and job.variable_partitioner is not None and job.strategy == "parameter_server":
+        raise TypeError(
+            "Invalid value for argument 'variable_partitioner'. Received a Keras 3 model with "
+            f"variable_partitioner={job.variable_partitioner!r}. Expected a tf.Module model "
+            "(for example wb.models.module_mlp(...)): Keras 3 layers fail in tape.gradient with "
+            "sharded variables ('ShardedVariable' object has no attribute 'handle')."
+        )
+    return m
+
+
+def call(m, x):
+    return m(x, training=True) if keras_model(m) else m(x)
+
+
+def trainable(m):
+    return m.trainable_variables
+
+
+def optimizer(job):
+    import keras
+
+    if callable(job.optimizer):
+        return job.optimizer()
+    if job.optimizer == "sgd":
+        return keras.optimizers.SGD(job.learning_rate, momentum=job.momentum)
+    cls = {"adam": keras.optimizers.Adam, "rmsprop": keras.optimizers.RMSprop,
+           "adagrad": keras.optimizers.Adagrad}[job.optimizer]
+    return cls(job.learning_rate)
+
+
+def loss(job):
+    """Per-example loss function ``f(y_true, y_pred) -> [batch]``."""
+    import keras
+
+    if callable(job.loss):
+        return job.loss
+    return keras.losses.get(job.loss)
+
+
+def dataset_fn(job, start_step=0, worker_index=None, num_workers=1):
+    """``fn(input_context) -> tf.data.Dataset`` of per-replica batches.
+
+    For numpy data every pipeline builds the same seeded, shuffled, repeated stream of
+    examples, then keeps every n-th element (its shard) and batches it. So no example is
+    read twice per epoch across pipelines, and global batch s is exactly the s-th block of
+    ``global_batch_size`` elements of the stream: the same examples a single process sees
+    with the same seed. ``start_step`` skips what a resumed run already trained on.
+    ``worker_index`` (a tensor under ParameterServerStrategy) overrides the pipeline id.
+    """
+    if callable(job.data):
+        return job.data
+
+    data = job.data
+
+    def fn(input_context):
+        import tensorflow as tf
+
+        per_replica = input_context.get_per_replica_batch_size(job.global_batch_size)
+        shards = input_context.num_input_pipelines if worker_index is None else num_workers
+        index = input_context.input_pipeline_id if worker_index is None else worker_index()
+        ds = tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train))
+        ds = ds.shuffle(len(data.x_train), seed=job.seed, reshuffle_each_iteration=True).repeat()
+        ds = ds.shard(shards, index)
+        per_pipeline = per_replica * input_context.num_replicas_in_sync // input_context.num_input_pipelines
+        if start_step:
+            ds = ds.skip(start_step * per_pipeline)
+        return ds.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+    return fn
+
+
+def takes_input_context(fn):
+    try:
+        return len(inspect.signature(fn).parameters) >= 1
+    except (TypeError, ValueError):
+        return True

@@ -1,0 +1,75 @@
+"""What an engine reports about itself, found without TensorFlow."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+
+def report(controller_host="127.0.0.1"):
+    """Host, reachable address, pid, a reserved TF port, GPUs and CPUs of this engine.
+
+    The address is the local end of the route to the controller: the interface the
+    engine's peers (on the controller's network) can reach it on.
+    """
+    return {
+        "host": socket.gethostname(),
+        "address": _route_address(controller_host),
+        "pid": os.getpid(),
+        "port": _free_port(),
+        "gpus": _gpus(),
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "tmp": tempfile.gettempdir(),
+        "tensorflow_imported": "tensorflow" in sys.modules,
+    }
+
+
+def _route_address(controller_host):
+    if controller_host in ("127.0.0.1", "localhost", "::1"):
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((controller_host, 9))  # UDP connect sends nothing
+            return s.getsockname()[0]
+        except OSError:
+            return socket.gethostbyname(socket.gethostname())
+
+
+def _free_port():
+    # TF's gRPC server binds every interface, so reserve the port on every interface.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _gpus():
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run(
+                [smi, "--query-gpu=index", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20, check=True,
+            ).stdout
+            return [int(line) for line in out.split() if line.strip().isdigit()]
+        except (subprocess.SubprocessError, OSError):
+            pass
+    try:
+        return list(range(len(os.listdir("/proc/driver/nvidia/gpus"))))
+    except OSError:
+        return []
+
+
+def configure(env):
+    """Set the engine's lifetime environment; must run before TensorFlow is imported."""
+    if "tensorflow" in sys.modules:
+        changed = {k: v for k, v in env.items() if os.environ.get(k) != v}
+        if changed:
+            raise RuntimeError(
+                f"TensorFlow was imported on this engine before the workbench set {sorted(changed)}"
+            )
+    os.environ.update(env)
+    os.makedirs(env["TMPDIR"], exist_ok=True)
+    tempfile.tempdir = None  # re-read TMPDIR
+    return os.getpid()

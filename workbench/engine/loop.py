@@ -1,0 +1,242 @@
+"""The training loops that run on engines: synchronous (single, mirrored, MWMS) and
+parameter-server. Keras 3 ``fit`` fails under both multi-worker strategies, so the
+workbench owns a custom loop: ``strategy.run`` inside ``tf.function``, per-replica batch =
+global batch / replicas, loss averaged over the global batch."""
+
+import os
+import time
+
+from workbench.engine import build, placement
+from workbench.engine.metrics import Publisher
+
+
+def _stop_requested(job):
+    return os.path.exists(os.path.join(job.run_dir, "STOP"))
+
+
+def _checkpoint_dir(job, ctx):
+    if ctx["is_chief"]:
+        return os.path.join(job.run_dir, "checkpoints")
+    # MWMS: every worker must save (saving may run collectives); only the chief's is kept
+    return os.path.join(os.environ.get("TMPDIR", "/tmp"), f"{job.run_id}-ckpt-{ctx['name']}")
+
+
+def _state(strategy, job):
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(job.seed)
+    with strategy.scope():
+        model = build.model(job)
+        opt = build.optimizer(job)
+        opt.build(build.trainable(model))
+        step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    ckpt = tf.train.Checkpoint(model=model, optimizer=opt, step=step)
+    return model, opt, step, ckpt
+
+
+def _restore(job, ckpt, ctx):
+    import tensorflow as tf
+
+    if not job.resume:
+        return 0
+    latest = tf.train.latest_checkpoint(os.path.join(job.run_dir, "checkpoints"))
+    if latest is None:
+        raise FileNotFoundError(f"resume=True but no checkpoint under {job.run_dir}/checkpoints")
+    ckpt.restore(latest).expect_partial()
+    return int(ckpt.step.numpy())
+
+
+def _evaluate(model, job, ctx, pub, step):
+    data = job.data
+    if callable(data) or not len(getattr(data, "x_test", ())):
+        return None
+    import numpy as np
+
+    correct, loss_sum, lf = 0, 0.0, build.loss(job)
+    for i in range(0, len(data.x_test), 1024):
+        x, y = data.x_test[i:i + 1024], data.y_test[i:i + 1024]
+        pred = model(x, training=False) if build.keras_model(model) else model(x)
+        loss_sum += float(np.sum(lf(y, pred)))
+        correct += int(np.sum(np.argmax(np.asarray(pred), axis=-1) == y))
+    result = {"step": step, "test_accuracy": correct / len(data.x_test), "test_loss": loss_sum / len(data.x_test)}
+    pub.event("eval", **result)
+    return result
+
+
+def _step_fn(job, model, opt, step, loss_fn, strategy):
+    import tensorflow as tf
+
+    def step_fn(x, y):
+        with tf.GradientTape() as tape:
+            pred = build.call(model, x)
+            per_example = tf.cast(loss_fn(y, pred), tf.float32)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=job.global_batch_size)
+            # Keras scales by replicas when it aggregates: compute_average_loss already does
+        variables = build.trainable(model)
+        grads = tape.gradient(loss, variables)
+        opt.apply_gradients(zip(grads, variables))
+        step.assign_add(1)
+        return loss
+
+    return step_fn
+
+
+def train_synchronous(strategy, job, ctx):
+    import tensorflow as tf
+
+    pub = Publisher(job.run_dir, ctx["name"])
+    model, opt, step, ckpt = _state(strategy, job)
+    start = _restore(job, ckpt, ctx)
+    manager = tf.train.CheckpointManager(ckpt, _checkpoint_dir(job, ctx), max_to_keep=3)
+    pub.event("placement", tasks=[dict(ctx["task_row"], devices=placement.devices(ctx["task"]))],
+              variables=placement.variables(model, ctx["task"]))
+    replicas = strategy.num_replicas_in_sync
+    workers = max(job.workers, 1)
+    dist = strategy.distribute_datasets_from_function(build.dataset_fn(job, start_step=start))
+    iterator = iter(dist)
+    step_fn = _step_fn(job, model, opt, step, build.loss(job), strategy)
+
+    @tf.function
+    def run_steps(iterator, n):
+        losses = tf.TensorArray(tf.float32, size=n)
+        for i in tf.range(n):
+            x, y = next(iterator)
+            per_replica = strategy.run(step_fn, args=(x, y))
+            losses = losses.write(i, strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
+        return losses.stack()
+
+    @tf.function
+    def agree(flag):  # every worker must take the same stop decision, or the others hang
+        value = strategy.run(lambda: tf.constant(flag, tf.int32))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+
+    done, stopped = start, False
+    examples_per_worker = job.global_batch_size / workers
+    while done < job.steps:
+        n = min(job.steps_per_execution, job.steps - done,
+                _until_next(done, job.checkpoint_every, job.eval_every, job.stop_check_every))
+        t0 = time.perf_counter()
+        losses = run_steps(iterator, tf.constant(n)).numpy()
+        dt = time.perf_counter() - t0
+        for j, loss in enumerate(losses):
+            pub.add(step=done + j + 1, worker=ctx["name"], loss=float(loss), step_time=dt / n,
+                    examples_per_s=examples_per_worker * n / dt, replicas=replicas)
+        done += n
+        pub.flush()
+        if job.checkpoint_every and done % job.checkpoint_every == 0 and done < job.steps:
+            manager.save(checkpoint_number=done)
+            pub.event("checkpoint", step=done)
+        if job.eval_every and done % job.eval_every == 0 and done < job.steps and ctx["is_chief"]:
+            _evaluate(model, job, ctx, pub, done)
+        if done % job.stop_check_every == 0 or done >= job.steps:
+            if int(agree(int(_stop_requested(job)))):
+                stopped = True
+                break
+    manager.save(checkpoint_number=done)
+    pub.event("checkpoint", step=done)
+    result = _finish(model, job, ctx, pub, done, stopped)
+    return result
+
+
+def _until_next(done, *intervals):
+    """Steps until the next multiple of any positive interval."""
+    return min([i - done % i for i in intervals if i] or [1 << 30])
+
+
+def _finish(model, job, ctx, pub, done, stopped):
+    import numpy as np
+
+    evaluation = _evaluate(model, job, ctx, pub, done) if ctx["is_chief"] else None
+    weights = None
+    if ctx["is_chief"]:
+        weights = [np.asarray(v) for v in (model.get_weights() if build.keras_model(model)
+                                           else [w.numpy() for w in model.trainable_variables])]
+    pub.close()
+    return {"rows": pub.rows, "events": pub.events, "final_step": done, "stopped": stopped,
+            "evaluation": evaluation, "weights": weights}
+
+
+def train_parameter_server(job, ctx):
+    import tensorflow as tf
+
+    pub = Publisher(job.run_dir, ctx["name"])
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=_partitioner(job))
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    model, opt, step, ckpt = _state(strategy, job)
+    start = _restore(job, ckpt, ctx)
+    manager = tf.train.CheckpointManager(ckpt, _checkpoint_dir(job, ctx), max_to_keep=3)
+    pub.event("placement", tasks=[dict(ctx["task_row"], devices=placement.devices(ctx["task"]))],
+              variables=placement.variables(model, ctx["task"]))
+
+    worker_index = tf.distribute.coordinator.experimental_get_current_worker_index
+    fn = build.dataset_fn(job, start_step=0, worker_index=worker_index, num_workers=job.workers)
+    per_worker = coordinator.create_per_worker_dataset(
+        tf.function(lambda: strategy.distribute_datasets_from_function(fn)))
+    iterator = iter(per_worker)
+    step_fn = _step_fn(job, model, opt, step, build.loss(job), strategy)
+
+    @tf.function
+    def run_steps(iterator, n):
+        losses = tf.TensorArray(tf.float32, size=n)
+        for i in tf.range(n):
+            x, y = next(iterator)
+            per_replica = strategy.run(step_fn, args=(x, y))
+            losses = losses.write(i, strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
+        return worker_index(), losses.stack()
+
+    inflight, done, scheduled, stopped = [], start, start, False
+    last_seen = {}
+    t_start = time.perf_counter()
+    max_inflight = 2 * job.workers
+
+    def collect_one():
+        nonlocal done
+        remote, n = inflight.pop(0)
+        worker, losses = remote.fetch()
+        now = time.perf_counter()
+        since = now - last_seen.get(int(worker), t_start)
+        last_seen[int(worker)] = now
+        for j, loss in enumerate(losses):
+            pub.add(step=done + j + 1, worker=f"worker:{int(worker)}", loss=float(loss),
+                    step_time=since / n, examples_per_s=job.global_batch_size * n / since, replicas=1)
+        done += n
+        pub.flush()
+
+    while scheduled < job.steps and not stopped:
+        n = min(job.steps_per_execution, job.steps - scheduled,
+                _until_next(scheduled, job.checkpoint_every, job.eval_every))
+        inflight.append((coordinator.schedule(run_steps, args=(iterator, tf.constant(n))), n))
+        scheduled += n
+        while len(inflight) >= max_inflight:
+            collect_one()
+        at_boundary = scheduled % (job.checkpoint_every or 1 << 30) == 0 or scheduled % (job.eval_every or 1 << 30) == 0
+        if at_boundary and scheduled < job.steps:
+            coordinator.join()
+            while inflight:
+                collect_one()
+            if job.checkpoint_every and done % job.checkpoint_every == 0:
+                manager.save(checkpoint_number=done)
+                pub.event("checkpoint", step=done)
+            if job.eval_every and done % job.eval_every == 0:
+                _evaluate(model, job, ctx, pub, done)
+        stopped = _stop_requested(job)
+    coordinator.join()
+    while inflight:
+        collect_one()
+    manager.save(checkpoint_number=done)
+    pub.event("checkpoint", step=done, model_steps=int(step.numpy()))
+    return _finish(model, job, ctx, pub, done, stopped)
+
+
+def _partitioner(job):
+    import tensorflow as tf
+
+    p = job.variable_partitioner
+    if p is None:
+        return None
+    if isinstance(p, int):
+        return tf.distribute.experimental.partitioners.FixedShardsPartitioner(p)
+    kind, value = p
+    return tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=value, max_shards=job.ps)

@@ -1,0 +1,53 @@
+"""Metrics from an engine to the kernel while a run trains.
+
+Rows go three ways: into a window published with ipyparallel's ``publish_data`` (the
+kernel polls ``AsyncResult.data``; each publish replaces the last, so the window overlaps
+and the kernel de-duplicates by (worker, step)), appended to a JSON-lines file in the run
+directory (for re-attaching later), and kept whole for the task's final result.
+"""
+
+import json
+import os
+import time
+
+
+class Publisher:
+    def __init__(self, run_dir, name, interval=0.2, window=2048):
+        self.name = name
+        self.rows = []
+        self.events = []
+        self.interval = interval
+        self.window = window
+        self._last = 0.0
+        os.makedirs(os.path.join(run_dir, "metrics"), exist_ok=True)
+        self._file = open(os.path.join(run_dir, "metrics", f"{name}.jsonl"), "a", buffering=1)
+        try:
+            from ipyparallel.datapub import publish_data
+            from ipykernel.kernelbase import Kernel
+
+            self._publish = publish_data if Kernel.initialized() else None
+        except ImportError:
+            self._publish = None
+
+    def add(self, **row):
+        row.setdefault("time", time.time())
+        self.rows.append(row)
+        self._file.write(json.dumps(row) + "\n")
+
+    def event(self, kind, **info):
+        """Something that is not a step: evaluation results, checkpoints, placement."""
+        info.update(kind=kind, time=time.time())
+        self.events.append(info)
+        self._file.write(json.dumps({"event": info}) + "\n")
+        self.flush(force=True)
+
+    def flush(self, force=False):
+        now = time.monotonic()
+        if self._publish is None or (not force and now - self._last < self.interval):
+            return
+        self._last = now
+        self._publish({"rows": self.rows[-self.window:], "events": self.events[-64:], "n": len(self.rows)})
+
+    def close(self):
+        self.flush(force=True)
+        self._file.close()

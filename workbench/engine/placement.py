@@ -1,0 +1,40 @@
+"""Where a run's variables live, read on the engine after the model is built."""
+
+
+def variables(m, task):
+    import numpy as np
+    import tensorflow as tf
+
+    rows = []
+    for v in m.weights if hasattr(m, "weights") else m.variables:
+        for part in getattr(v, "variables", None) or [v]:  # ShardedVariable -> shards
+            rows.append({
+                "variable": getattr(v, "path", None) or v.name,
+                "shape": tuple(int(d) for d in part.shape),
+                "bytes": int(np.prod(part.shape)) * tf.as_dtype(part.dtype).size,
+                "device": _device(part),
+                "reported_by": f"{task.role}:{task.index}",
+            })
+    return rows
+
+
+def _device(v):
+    import tensorflow as tf
+
+    for candidate in (getattr(v, "value", None), v):
+        try:
+            device = candidate.device
+        except (AttributeError, ValueError, RuntimeError):
+            continue
+        if isinstance(device, str) and device:
+            return tf.DeviceSpec.from_string(device).to_string()
+    return ""
+
+
+def devices(task):
+    """This task's own logical devices (a coordinator also sees every remote one)."""
+    import tensorflow as tf
+
+    own = f"/job:{task.role}/replica:0/task:{task.index}/"
+    names = [d.name for d in tf.config.list_logical_devices()]
+    return [n for n in names if "/job:" not in n or n.startswith(own)]

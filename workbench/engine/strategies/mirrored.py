@@ -1,0 +1,22 @@
+"""Baseline: one engine, all its devices, synchronous MirroredStrategy.
+
+With ``devices=N`` the engine's CPU is split into N logical devices, standing in for
+GPUs; this must happen before TensorFlow's runtime starts on the engine.
+"""
+
+ROLES = ("local",)
+MULTI_ENGINE = False
+DESCRIPTION = "one engine, all of its devices (MirroredStrategy)"
+
+
+def train(job, ctx):
+    import tensorflow as tf
+
+    from workbench.engine import loop
+
+    if job.devices:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * job.devices)
+    gpus = tf.config.list_logical_devices("GPU")
+    devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+    return loop.train_synchronous(tf.distribute.MirroredStrategy(devices), job, ctx)

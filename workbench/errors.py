@@ -1,0 +1,55 @@
+"""The workbench's exceptions: one small hierarchy, raised in the notebook kernel.
+
+Messages follow Keras' shape: the argument, what was received, what was expected.
+"""
+
+
+class WorkbenchError(Exception):
+    """Base class of every error the workbench raises on purpose."""
+
+
+class ConfigError(WorkbenchError, ValueError):
+    """An argument is invalid; raised in the kernel before any engine is touched."""
+
+
+class ClusterError(WorkbenchError):
+    """The cluster could not start, connect, or is not in a usable state."""
+
+
+class ClusterStartTimeout(ClusterError, TimeoutError):
+    """Engines did not register in time; the message carries the tail of their logs."""
+
+
+class EngineError(WorkbenchError):
+    """User or TensorFlow code failed on an engine.
+
+    ``role``, ``task`` and ``engine_id`` say where; ``remote_traceback`` is the
+    engine's own traceback text.
+    """
+
+    def __init__(self, message, *, role=None, task=None, engine_id=None, remote_traceback=""):
+        super().__init__(message)
+        self.role = role
+        self.task = task
+        self.engine_id = engine_id
+        self.remote_traceback = remote_traceback
+
+
+class RunStalled(EngineError, TimeoutError):
+    """A synchronous run made no progress for longer than its stall timeout."""
+
+
+class RunStopped(WorkbenchError):
+    """The run was stopped by the user before it finished."""
+
+
+def invalid(name, received, expected, hint=""):
+    """Return a ConfigError in the house shape.
+
+    >>> str(invalid("workers", 0, "an int >= 1"))
+    "Invalid value for argument 'workers'. Received: workers=0. Expected an int >= 1."
+    """
+    msg = f"Invalid value for argument '{name}'. Received: {name}={received!r}. Expected {expected}."
+    if hint:
+        msg += f" {hint}"
+    return ConfigError(msg)

@@ -1,0 +1,1 @@
+"""Code that runs in the notebook kernel (the client): no TensorFlow here."""

@@ -1,0 +1,472 @@
+"""``wb.Cluster``: a local ipyparallel cluster by default, or a real one through a launcher
+or an existing profile; engines that report what they are; TF state tracked per engine."""
+
+import atexit
+import os
+import signal
+import time
+import weakref
+from pathlib import Path
+
+from workbench.common import roles
+from workbench.common import validate
+from workbench.engine import inventory
+from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, invalid
+from workbench.kernel import home
+
+_LIVE = weakref.WeakSet()
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@atexit.register
+def _stop_all():
+    for cluster in list(_LIVE):
+        cluster.stop()
+
+
+class Cluster:
+    """A set of ipyparallel engines to train on.
+
+    ``Cluster(engines=3)`` starts a controller and 3 engines on this machine, in the
+    workbench's own IPython profile (``$WORKBENCH_HOME``, default ``~/.workbench``).
+
+    ``Cluster(engines=8, launcher="slurm", controller="slurm", **options)`` passes the
+    launcher names and any other keyword to ``ipyparallel.Cluster`` (MPI, SSH, Slurm, PBS,
+    ... launchers). ``Cluster(profile="name")`` or ``Cluster(cluster_id=..., profile=...)``
+    attaches to a cluster someone else started; ``stop()`` then only disconnects.
+
+    Use as a context manager, or call ``start()`` and ``stop()``. Clusters this process
+    started are stopped at interpreter exit.
+    """
+
+    def __init__(self, engines=None, *, profile=None, cluster_id=None, launcher="local",
+                 controller="local", timeout=120, **ipp_options):
+        self.attached = profile is not None and engines is None
+        if not self.attached:
+            engines = 3 if engines is None else engines
+            validate.positive_int("engines", engines)
+        if profile is not None and not isinstance(profile, str):
+            raise invalid("profile", profile, "the name of an ipyparallel profile (a str)")
+        if self.attached and not _profile_path(profile).is_dir():
+            raise invalid("profile", profile, f"an existing ipyparallel profile (no folder {_profile_path(profile)})")
+        if cluster_id is not None and profile is None:
+            raise invalid("cluster_id", cluster_id, "a profile name beside it: Cluster(profile=..., cluster_id=...)")
+        self.timeout = validate.positive_float("timeout", timeout)
+        self.n = engines
+        self.profile = profile
+        self.cluster_id = cluster_id
+        self.launcher = launcher
+        self.controller = controller
+        self.ipp_options = ipp_options
+        self.client = None
+        self._ipp = None
+        self._info = {}  # engine id -> roles.EngineInfo
+        self._env = {}  # engine id -> environment set before TF import
+        self._state = {}  # engine id -> TF state fingerprint (None: no TF state yet)
+        self._pids = set()  # local pids this object started
+        self._retired = set()  # engine ids replaced by recycling
+        self.runs = []
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self):
+        """Start (or attach to) the cluster and take the engines' inventory. Returns self."""
+        if self.client is not None:
+            return self
+        import ipyparallel as ipp
+
+        if self.attached:
+            try:
+                self.client = ipp.Client(profile=self.profile, cluster_id=self.cluster_id or "")
+            except (OSError, ValueError) as e:
+                raise ClusterError(f"Could not attach to ipyparallel profile {self.profile!r}: {e}") from e
+        else:
+            self._start_own(ipp)
+        _LIVE.add(self)
+        try:
+            if self.attached:
+                self.client.wait_for_engines(1, timeout=self.timeout)
+            self._take_inventory(self.client.ids)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_own(self, ipp):
+        options = dict(self.ipp_options)
+        if self.launcher == "local" and self.controller == "local":
+            options.setdefault("controller_ip", "127.0.0.1")
+            # a dead engine is unregistered after ~3 s instead of ipyparallel's 30 s
+            options.setdefault("controller_args", ["--HeartMonitor.period=1000",
+                                                   "--HeartMonitor.max_heartmonitor_misses=3"])
+        options.setdefault("log_level", 40)
+        try:
+            self._ipp = ipp.Cluster(
+                n=self.n, profile_dir=str(home.profile_dir()), engines=self.launcher,
+                controller=self.controller, engine_timeout=int(self.timeout), **options,
+            )
+        except Exception as e:  # traitlets / entry point errors for unknown launchers
+            raise ConfigError(f"ipyparallel refused the cluster options: {e}") from e
+        try:
+            self.client = self._ipp.start_and_connect_sync()
+        except BaseException as e:
+            logs = self._log_tail()
+            self._stop_own()
+            if isinstance(e, TimeoutError):
+                raise ClusterStartTimeout(
+                    f"{self.n} engines did not register within {self.timeout:.0f} s. "
+                    f"Last lines of the engines' and controller's logs:\n{logs}"
+                ) from e
+            raise ClusterError(f"The cluster failed to start: {e}\n{logs}") from e
+        self._pids.add(self._ipp.controller.pid)
+
+    def stop(self):
+        """Stop the controller and engines this object started (by PID, waiting until they
+        are gone); an attached cluster is only disconnected."""
+        _LIVE.discard(self)
+        for run in self.runs:
+            run._abandon()
+        if self.client is not None:
+            try:
+                self.client.close()
+            except Exception:
+                pass
+            self.client = None
+        self._stop_own()
+        self._info.clear()
+        self._state.clear()
+
+    def _stop_own(self):
+        if self._ipp is None:
+            return
+        for engine_set in self._ipp.engines.values():
+            self._pids.update(getattr(l, "pid", None) for l in getattr(engine_set, "launchers", {}).values())
+        try:
+            self._ipp.stop_cluster_sync()
+        except Exception:
+            pass
+        self._ipp = None
+        _reap(self._pids - {None}, deadline=10)
+        self._pids.clear()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def running(self):
+        return self.client is not None
+
+    # -- inventory -------------------------------------------------------------------
+    def _controller_host(self):
+        if self._ipp is not None and self.launcher == "local" and self.controller == "local":
+            return "127.0.0.1"
+        cfg = getattr(self.client, "_config", {}) or {}
+        return cfg.get("location") or cfg.get("interface", "tcp://127.0.0.1").split("//")[-1].split(":")[0]
+
+    def _take_inventory(self, ids, keep_ports=None):
+        """Ask engines ``ids`` what they are, then set their lifetime environment.
+
+        ``keep_ports`` ({host: [port, ...]}) hands replaced engines' ports to new engines
+        on the same host, so that the TF cluster spec of the other engines stays valid.
+        """
+        ids = list(ids)
+        reports = self.client[ids].apply_async(inventory.report, self._controller_host()).get(timeout=self.timeout)
+        for eid, r in zip(ids, reports):
+            reuse = (keep_ports or {}).get(r["host"])
+            self._info[eid] = roles.EngineInfo(
+                id=eid, host=r["host"], address=r["address"], pid=r["pid"],
+                port=reuse.pop(0) if reuse else r["port"],
+                gpus=tuple(r["gpus"]), cpus=r["cpus"], tmp=r["tmp"],
+            )
+            self._state[eid] = None
+        # GPU ranks are by engine id per host, so engines that join later do not move others'
+        envs = roles.engine_env(list(self._info.values()), self.cluster_tag)
+        pending = []
+        for eid in ids:
+            self._env[eid] = envs[eid]
+            pending.append(self.client[eid].apply_async(inventory.configure, envs[eid]))
+        for ar in pending:
+            ar.get(timeout=self.timeout)
+
+    def _log_tail(self, lines=20):
+        if self._ipp is None:
+            return ""
+        out = []
+        sources = [("controller", self._ipp.controller)] + [
+            (f"engines {k}", v) for k, v in self._ipp.engines.items()
+        ]
+        for name, launcher in sources:
+            try:
+                text = launcher.get_output() if launcher is not None else ""
+            except Exception as e:  # output retrieval is best effort
+                text = f"(could not read output: {e})"
+            tail = "\n".join(text.strip().splitlines()[-lines:])
+            out.append(f"--- {name} ---\n{tail or '(no output)'}")
+        return "\n".join(out)
+
+    @property
+    def cluster_tag(self):
+        if self._ipp is not None:
+            return self._ipp.cluster_id
+        return self.cluster_id or (self.profile or "attached")
+
+    @property
+    def engine_info(self):
+        """``{engine id: EngineInfo}`` of the engines in use."""
+        return dict(self._info)
+
+    @property
+    def engines(self):
+        """One row per engine: id, host, address, pid, port, gpus, visible GPU, TF state."""
+        import pandas as pd
+
+        rows = []
+        for eid, e in sorted(self._info.items()):
+            rows.append({
+                "engine": eid, "host": e.host, "address": e.address, "pid": e.pid,
+                "tf_port": e.port, "cpus": e.cpus,
+                "gpus": ",".join(map(str, e.gpus)) or "-",
+                "cuda_visible_devices": self._env.get(eid, {}).get("CUDA_VISIBLE_DEVICES", "-"),
+                "tf_state": _describe_state(self._state.get(eid)),
+            })
+        return pd.DataFrame(rows).set_index("engine") if rows else pd.DataFrame()
+
+    def __repr__(self):
+        head = f"<workbench.Cluster {self._kind()} {'running' if self.running else 'stopped'}, {len(self._info)} engines>"
+        return head if not self._info else f"{head}\n{self.engines.to_string()}"
+
+    def _repr_html_(self):
+        head = f"<b>workbench.Cluster</b> {self._kind()}, {'running' if self.running else 'stopped'}, {len(self._info)} engines"
+        return head if not self._info else head + self.engines.to_html()
+
+    def _kind(self):
+        if self.attached:
+            return f"attached to profile {self.profile!r}"
+        return "local" if self.launcher == "local" else f"launcher={self.launcher!r}"
+
+    # -- engine recycling --------------------------------------------------------------
+    def _require_running(self):
+        if self.client is None:
+            raise ClusterError("The cluster is not running: call cluster.start() (or use `with wb.Cluster(...)`) first.")
+
+    def prepare(self, tasks):
+        """Make sure every engine in ``tasks`` can take its TF state; recycle those that can't.
+
+        TF's multi-worker state is process-global (re-creating MultiWorkerMirroredStrategy
+        with other ports hangs; a TF server cannot be re-bound), so an engine holding a
+        different state is replaced by a fresh engine that keeps its port. Returns the
+        tasks, re-targeted at replacement engines where needed.
+        """
+        stale = roles.engines_to_recycle(tasks, self._state)
+        if stale:
+            mapping = self.recycle(stale)
+            tasks = [_retarget(t, mapping) for t in tasks]
+        return tasks
+
+    def mark(self, tasks):
+        for t in tasks:
+            self._state[t.engine_id] = roles.fingerprint(t)
+
+    def recycle(self, engine_ids):
+        """Replace engines ``engine_ids`` with fresh ones on the same ports. Returns {old: new}.
+
+        Local engines are killed by PID (they may be blocked inside a TF collective, deaf
+        to ipyparallel's shutdown request); remote ones are asked to shut down.
+        """
+        self._require_running()
+        if self._ipp is None:
+            raise ClusterError(
+                f"Engines {engine_ids} hold TensorFlow state that the next run cannot reuse, and this "
+                "cluster was attached, not started, by the workbench, so it cannot restart them. "
+                "Restart those engines (or the cluster) and try again."
+            )
+        engine_ids = sorted(engine_ids)
+        old = {e: self._info.pop(e) for e in engine_ids}
+        for e in engine_ids:
+            self._state.pop(e, None)
+            self._env.pop(e, None)
+        local = [o for o in old.values() if o.address in _LOOPBACK]
+        remote = [o.id for o in old.values() if o.address not in _LOOPBACK and o.id in self.client.ids]
+        if remote:
+            self.client.shutdown(targets=remote, block=False)
+        _reap({o.pid for o in local}, deadline=0)  # SIGKILL: these are engines we started
+        keep = set(self._info)
+        engine_set = self._ipp.start_engines_sync(n=len(engine_ids))
+        for launcher in getattr(self._ipp.engines[engine_set], "launchers", {}).values():
+            self._pids.add(getattr(launcher, "pid", None))
+
+        def fresh():
+            return sorted(set(self.client.ids) - keep - set(engine_ids) - self._retired)
+
+        _wait_until(lambda: len(fresh()) >= len(engine_ids), self.timeout,
+                    lambda: f"{len(engine_ids)} new engines; registered: {self.client.ids}")
+        new = fresh()[: len(engine_ids)]
+        self._retired.update(engine_ids)
+        ports = {}
+        for o in old.values():
+            ports.setdefault(o.host, []).append(o.port)
+        self._take_inventory(new, keep_ports=ports)
+        by_host = {}
+        for o in old.values():
+            by_host.setdefault(o.host, []).append(o.id)
+        mapping, leftovers = {}, []
+        for n in new:
+            queue = by_host.get(self._info[n].host)
+            (mapping.__setitem__(queue.pop(0), n) if queue else leftovers.append(n))
+        for o in sorted(sum(by_host.values(), [])):
+            mapping[o] = leftovers.pop(0)
+        return mapping
+
+    # -- runs --------------------------------------------------------------------------
+    def train(self, model, data, *, loss="sparse_categorical_crossentropy", optimizer="sgd",
+              learning_rate=0.1, momentum=0.0, strategy="multi_worker_mirrored", workers=2, ps=0,
+              global_batch_size=256, steps=300, seed=0, steps_per_execution=None,
+              checkpoint_every=100, eval_every=0, variable_partitioner=None, devices=0,
+              stall_timeout=60.0, start_timeout=180.0):
+        """Start a training run on the engines and return its ``Run`` at once.
+
+        ``strategy``: "multi_worker_mirrored" (sync all-reduce over ``workers`` engines),
+        "parameter_server" (async; 1 chief + ``ps`` + ``workers`` engines), "mirrored"
+        (one engine, all its devices; ``devices=N`` splits the CPU into N logical ones)
+        or "single" (one engine, one device). Every argument is checked here, before any
+        engine is touched.
+        """
+        from workbench.kernel.train import make_job
+
+        self._require_running()
+        self._require_idle()
+        job = make_job(
+            self, model=model, data=data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
+            momentum=momentum, strategy=strategy, workers=workers, ps=ps,
+            global_batch_size=global_batch_size, steps=steps, seed=seed,
+            steps_per_execution=steps_per_execution, checkpoint_every=checkpoint_every,
+            eval_every=eval_every, variable_partitioner=variable_partitioner, devices=devices,
+        )
+        stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
+        start_timeout = validate.positive_float("start_timeout", start_timeout)
+        return self._launch(job, stall_timeout=stall_timeout, start_timeout=start_timeout)
+
+    def _require_idle(self):
+        busy = [r for r in self.runs if not r.done]
+        if busy:
+            raise ClusterError(f"Run {busy[0].id} is still running on this cluster: "
+                               "call its wait() or stop() before starting another.")
+
+    def _launch(self, job, resume=False, steps=None, stall_timeout=60.0, start_timeout=180.0):
+        from dataclasses import replace
+
+        from workbench.engine import entry, strategies
+        from workbench.kernel.run import Run
+
+        self._require_running()
+        self._require_idle()
+        self._heal()
+        adapter = strategies.get(job.strategy)
+        tasks = roles.plan(list(self._info.values()), adapter.ROLES, job.workers, job.ps,
+                           adapter.MULTI_ENGINE, devices=job.devices)
+        tasks = self.prepare(tasks)
+        if resume:
+            job = replace(job, resume=True, steps=steps or job.steps,
+                          run_id=job.run_id.split("~")[0] + f"~{int(time.time())}")
+        job = replace(job, tasks=tasks)
+        Path(job.run_dir).mkdir(parents=True, exist_ok=True)
+        (Path(job.run_dir) / "STOP").unlink(missing_ok=True)
+        self.mark(tasks)
+        results = {}
+        servers = [t for t in tasks if job.strategy == "parameter_server" and t.role != "chief"]
+        for t in servers:  # PS and worker servers first: the coordinator connects to them
+            results[f"{t.role}:{t.index}"] = self.client[t.engine_id].apply_async(entry.run_task, job, t)
+        for name, ar in list(results.items()):
+            ar.get(timeout=start_timeout)
+        for t in tasks:
+            if t not in servers:
+                results[f"{t.role}:{t.index}"] = self.client[t.engine_id].apply_async(entry.run_task, job, t)
+        ordered = {f"{t.role}:{t.index}": results[f"{t.role}:{t.index}"] for t in tasks}
+        run = Run(self, job, tasks, ordered, stall_timeout=stall_timeout, start_timeout=start_timeout)
+        self.runs.append(run)
+        return run
+
+    def _condemn(self, engine_ids, kill=()):
+        """Called by a run's watcher after a failure: these engines' TF state is unusable;
+        kill the local ones still blocked. Replacement happens in ``_heal``."""
+        for e in engine_ids:
+            if e in self._state:
+                self._state[e] = ("dirty",)
+        pids = {self._info[e].pid for e in kill if e in self._info and self._info[e].address in _LOOPBACK}
+        _reap(pids, deadline=0)
+
+    def _after_run(self, run):
+        self._heal()
+
+    def _heal(self):
+        """Replace engines that died or hold unusable TF state."""
+        if self.client is None:
+            return
+        bad = [e for e, info in self._info.items()
+               if self._state.get(e) == ("dirty",) or e not in self.client.ids
+               or (info.address in _LOOPBACK and self._ipp is not None and not _alive(info.pid))]
+        if bad:
+            self.recycle(bad)
+
+
+def _retarget(task, mapping):
+    if task.engine_id not in mapping:
+        return task
+    from dataclasses import replace
+
+    return replace(task, engine_id=mapping[task.engine_id])
+
+
+def _describe_state(fp):
+    if fp is None:
+        return "fresh"
+    if fp[0] == "local":
+        return "local TF" + (f" ({fp[1]} logical CPUs)" if fp[1] else "")
+    import json
+
+    task = json.loads(fp[1])["task"]
+    return f"cluster {task['type']}:{task['index']}"
+
+
+def _profile_path(profile):
+    from IPython.paths import get_ipython_dir
+
+    return Path(get_ipython_dir()) / f"profile_{profile}"
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _reap(pids, deadline):
+    """Wait for ``pids`` (processes this object started) to exit; SIGKILL any left."""
+    pids = {p for p in pids if p}
+    end = time.monotonic() + deadline
+    while time.monotonic() < end and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    for p in pids:
+        if _alive(p):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _wait_until(cond, timeout, what):
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise ClusterError(f"Timed out after {timeout:.0f} s waiting for {what()}")
+        time.sleep(0.05)

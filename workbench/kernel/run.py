@@ -1,0 +1,262 @@
+"""``Run``: the kernel's handle on one training run that executes on engines.
+
+A watcher thread merges the engines' published metrics into ``history`` while the run
+trains, notices failures and stalls, and stops hung peers. It never sends on the
+ipyparallel client (not thread-safe); engine replacement happens on the next call that
+needs the cluster, in the caller's thread.
+"""
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+from workbench.errors import EngineError, RunStalled, RunStopped
+
+_POLL = 0.05
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _job_task(device):
+    """("ps", 0) from "/job:ps/replica:0/task:0/device:CPU:0"; ("local", 0) without a job."""
+    m = re.search(r"/job:([^/]+)/replica:\d+/task:(\d+)", device or "")
+    if not m or m.group(1) == "localhost":
+        return "local", 0
+    return m.group(1), int(m.group(2))
+
+
+class Run:
+    def __init__(self, cluster, job, tasks, results, stall_timeout, start_timeout):
+        self.cluster = cluster
+        self.job = job
+        self.tasks = tasks
+        self.run_dir = Path(job.run_dir)
+        self.stall_timeout = stall_timeout
+        self.start_timeout = start_timeout
+        self._results = results  # {task name: AsyncResult}
+        self._rows = {}  # (worker, step) -> row
+        self._events = []
+        self._seen_events = set()
+        self._outcome = {}  # task name -> result dict
+        self._error = None
+        self._lock = threading.Lock()
+        self._started = time.time()
+        self._finished = None
+        self._done = threading.Event()
+        self._listeners = []
+        self._thread = threading.Thread(target=self._watch, name=f"workbench-run-{job.run_id}", daemon=True)
+        self._thread.start()
+
+    # -- public ------------------------------------------------------------------------
+    @property
+    def id(self):
+        return self.job.run_id
+
+    @property
+    def done(self):
+        return self._done.is_set()
+
+    @property
+    def step(self):
+        """The highest step any worker has reported."""
+        with self._lock:
+            return max((s for _, s in self._rows), default=0)
+
+    def wait(self, timeout=None):
+        """Block until the run ends; raise the engines' error (with role and traceback) if any."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"Run {self.id} still running after {timeout} s (step {self.step}/{self.job.steps})")
+        self.cluster._after_run(self)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self, timeout=60):
+        """Ask every task to stop at its next agreed step, save a checkpoint, and wait."""
+        (self.run_dir / "STOP").touch()
+        self._done.wait(timeout)
+        self.cluster._after_run(self)
+        return self
+
+    @property
+    def stopped(self):
+        return any(r.get("stopped") for r in self._outcome.values())
+
+    @property
+    def history(self):
+        """One row per (worker, step): loss, examples/s, step time, seconds since start."""
+        import pandas as pd
+
+        with self._lock:
+            rows = sorted(self._rows.values(), key=lambda r: (r["time"], r["step"]))
+        cols = ["step", "worker", "loss", "examples_per_s", "step_time", "time", "elapsed"]
+        if not rows:
+            return pd.DataFrame(columns=cols)
+        df = pd.DataFrame(rows)
+        df["elapsed"] = df["time"] - self._started
+        return df[cols].reset_index(drop=True)
+
+    @property
+    def evaluations(self):
+        import pandas as pd
+
+        return pd.DataFrame([e for e in self._events if e["kind"] == "eval"],
+                            columns=["step", "test_accuracy", "test_loss"])
+
+    @property
+    def placement(self):
+        """Every task (role, index, host, pid, devices) and every variable with its device."""
+        import pandas as pd
+
+        cols = ["role", "task", "engine", "host", "pid", "device", "variable", "shape", "bytes"]
+        rows = []
+        for ev in self._events:
+            if ev["kind"] != "placement":
+                continue
+            for t in ev["tasks"]:
+                rows.append({**{k: t.get(k) for k in ("role", "task", "engine", "host", "pid")},
+                             "device": ", ".join(t.get("devices", []))})
+            for v in ev["variables"]:
+                role, task = _job_task(v["device"])
+                rows.append({"role": role, "task": task, "device": v["device"], "variable": v["variable"],
+                             "shape": v["shape"], "bytes": v["bytes"]})
+        return pd.DataFrame(rows, columns=cols).astype(
+            {"task": "Int64", "engine": "Int64", "pid": "Int64", "bytes": "Int64"})
+
+    @property
+    def final_step(self):
+        return max((r.get("final_step", 0) for r in self._outcome.values()), default=0)
+
+    @property
+    def evaluation(self):
+        for r in self._outcome.values():
+            if r.get("evaluation"):
+                return r["evaluation"]
+        return None
+
+    def weights(self):
+        """The final model weights (from the chief) as a list of numpy arrays."""
+        self.wait()
+        for r in self._outcome.values():
+            if r.get("weights") is not None:
+                return r["weights"]
+        raise RunStopped(f"Run {self.id} produced no weights")
+
+    def resume(self, steps=None, **overrides):
+        """Start a new run that continues this one from its last checkpoint, in the same run
+        directory, up to ``steps`` total steps (default: this run's target)."""
+        if not self.done:
+            raise RuntimeError(f"Run {self.id} is still running: stop() or wait() first")
+        self.cluster._after_run(self)
+        return self.cluster._launch(self.job, resume=True, steps=steps or self.job.steps, **overrides)
+
+    def __repr__(self):
+        state = "done" if self.done else "running"
+        if self._error is not None:
+            state = f"failed: {type(self._error).__name__}"
+        return (f"<workbench.Run {self.id} {self.job.strategy} workers={self.job.workers} ps={self.job.ps} "
+                f"{state}, step {self.step}/{self.job.steps}>")
+
+    # -- watcher -----------------------------------------------------------------------
+    def _merge(self, data):
+        if not data:
+            return
+        with self._lock:
+            for row in data.get("rows", ()):
+                self._rows[(row["worker"], row["step"])] = row
+            for ev in data.get("events", ()):
+                key = (ev["kind"], ev.get("step"), ev["time"])
+                if key not in self._seen_events:
+                    self._seen_events.add(key)
+                    self._events.append(ev)
+
+    def _watch(self):
+        last_progress, last_step = time.monotonic(), -1
+        try:
+            while True:
+                for name, ar in self._results.items():
+                    self._merge(ar.data)
+                    if ar.ready() and name not in self._outcome:
+                        self._collect(name, ar)
+                if self._error is not None or len(self._outcome) == len(self._results):
+                    break
+                step = self.step
+                if step != last_step:
+                    last_progress, last_step = time.monotonic(), step
+                limit = self.start_timeout if step == 0 else self.stall_timeout
+                if self._stalls() and time.monotonic() - last_progress > limit:
+                    self._error = RunStalled(self._stall_message(limit), role="worker")
+                    break
+                time.sleep(_POLL)
+        finally:
+            if self._error is not None:
+                self._abort()
+            self._finished = time.time()
+            self._write_record()
+            self._done.set()
+
+    def _stalls(self):
+        """Only synchronous multi-worker runs can hang silently; others error out."""
+        return self.job.strategy == "multi_worker_mirrored"
+
+    def _stall_message(self, limit):
+        with self._lock:
+            last = {}
+            for (w, s) in self._rows:
+                last[w] = max(last.get(w, 0), s)
+        names = [f"{t.role}:{t.index}" for t in self.tasks]
+        behind = min(names, key=lambda n: last.get(n, 0))
+        return (f"Run {self.id} made no progress for {limit:.0f} s (stall_timeout); the worker furthest "
+                f"behind is {behind} (engine {self._engine_of(behind)}, last step {last.get(behind, 0)}); "
+                f"last steps: {dict((n, last.get(n, 0)) for n in names)}. Its engines are being recycled.")
+
+    def _engine_of(self, name):
+        for t in self.tasks:
+            if f"{t.role}:{t.index}" == name:
+                return t.engine_id
+        return None
+
+    def _collect(self, name, ar):
+        try:
+            result = ar.get()
+        except Exception as e:
+            task = next(t for t in self.tasks if f"{t.role}:{t.index}" == name)
+            ename = getattr(e, "ename", type(e).__name__)
+            evalue = getattr(e, "evalue", str(e))
+            tb = _ANSI.sub("", getattr(e, "traceback", None) or str(e))
+            self._error = EngineError(
+                f"{name} (engine {task.engine_id}) failed: {ename}: {evalue}\n\n--- engine traceback ---\n{tb}",
+                role=task.role, task=task.index, engine_id=task.engine_id, remote_traceback=tb)
+            return
+        self._outcome[name] = result
+        self._merge({"rows": result.get("rows", ()), "events": result.get("events", ())})
+
+    def _abort(self):
+        """After a failure: stop every task. Synchronous peers blocked in a collective never
+        return, so engines still busy after a grace period are killed (local ones, by PID)
+        and replaced on the next use of the cluster."""
+        (self.run_dir / "STOP").touch()
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not all(ar.ready() for ar in self._results.values()):
+            time.sleep(_POLL)
+        busy = [t.engine_id for t, ar in zip(self.tasks, self._results.values()) if not ar.ready()]
+        self.cluster._condemn([t.engine_id for t in self.tasks], kill=busy)
+
+    def _abandon(self):
+        """The cluster is stopping under this run."""
+        if not self._done.is_set():
+            self._error = self._error or RunStopped(f"Run {self.id}: the cluster was stopped")
+
+    def _write_record(self):
+        record = {
+            "run_id": self.id, "strategy": self.job.strategy, "workers": self.job.workers,
+            "ps": self.job.ps, "steps": self.job.steps, "final_step": self.final_step,
+            "started": self._started, "finished": self._finished,
+            "error": None if self._error is None else str(self._error).splitlines()[0],
+            "evaluation": self.evaluation,
+        }
+        try:
+            (self.run_dir / "result.json").write_text(json.dumps(record, indent=1))
+        except OSError:
+            pass

@@ -1,0 +1,99 @@
+"""``Cluster.train``'s arguments: checked in the kernel, turned into a ``Job``."""
+
+import time
+import uuid
+
+import numpy as np
+
+from workbench.common import validate
+from workbench.common.job import Job
+from workbench.datasets import Data
+from workbench.engine import strategies
+from workbench.errors import invalid
+from workbench.kernel import home
+
+
+def make_job(cluster, *, model, data, loss, optimizer, learning_rate, momentum, strategy, workers,
+             ps, global_batch_size, steps, seed, steps_per_execution, checkpoint_every, eval_every,
+             variable_partitioner, devices, run_dir=None):
+    strategy = validate.choice("strategy", strategy, strategies.names())
+    adapter = strategies.get(strategy)
+    validate.topology(strategy, workers, ps, adapter, available=len(cluster.engine_info))
+    if not callable(model):
+        raise invalid("model", model, "a callable that returns a keras.Model or tf.Module "
+                      "(for example wb.models.mlp() or a function that builds one)")
+    data = _data(data)
+    validate.name_or_callable("loss", loss, validate.LOSSES)
+    validate.name_or_callable("optimizer", optimizer, validate.OPTIMIZERS)
+    learning_rate = validate.positive_float("learning_rate", learning_rate)
+    momentum = validate.fraction("momentum", momentum)
+    if momentum and optimizer != "sgd":
+        raise invalid("momentum", momentum, f"0 with optimizer={optimizer!r} (momentum applies to 'sgd')")
+    global_batch_size = validate.positive_int("global_batch_size", global_batch_size)
+    steps = validate.positive_int("steps", steps)
+    if seed is not None:
+        validate.positive_int("seed", seed, minimum=0)
+    devices = validate.positive_int("devices", devices, minimum=0)
+    if devices and strategy != "mirrored":
+        raise invalid("devices", devices, f"0 with strategy={strategy!r} (logical devices are for 'mirrored')")
+    replicas = workers if strategy == "multi_worker_mirrored" else (devices or 1) if strategy == "mirrored" else 1
+    if global_batch_size % replicas:
+        raise invalid("global_batch_size", global_batch_size,
+                      f"a multiple of the {replicas} replicas of strategy={strategy!r}, so every replica gets "
+                      f"the same batch (for example {max(replicas, global_batch_size // replicas * replicas)})")
+    if isinstance(data, Data):
+        shards = workers if strategy in ("multi_worker_mirrored", "parameter_server") else 1
+        per_shard = len(data.x_train) // shards
+        per_batch = global_batch_size // shards if strategy == "multi_worker_mirrored" else global_batch_size
+        if per_shard < per_batch:
+            raise invalid("global_batch_size", global_batch_size,
+                          f"at most the {len(data.x_train)} training examples of data {data.name!r} "
+                          f"split over {shards} shard(s): each shard has {per_shard} examples, one batch needs {per_batch}")
+    default_spe = 10 if strategy == "parameter_server" else 1
+    steps_per_execution = validate.positive_int("steps_per_execution", steps_per_execution or default_spe)
+    checkpoint_every = validate.positive_int("checkpoint_every", checkpoint_every, minimum=0)
+    eval_every = validate.positive_int("eval_every", eval_every, minimum=0)
+    if variable_partitioner is not None:
+        if strategy != "parameter_server":
+            raise invalid("variable_partitioner", variable_partitioner,
+                          f"None with strategy={strategy!r} (only parameter_server shards variables)")
+        ok = (isinstance(variable_partitioner, int) and not isinstance(variable_partitioner, bool)
+              and 1 <= variable_partitioner) or (
+            isinstance(variable_partitioner, tuple) and len(variable_partitioner) == 2
+            and variable_partitioner[0] == "min_size" and isinstance(variable_partitioner[1], int))
+        if not ok:
+            raise invalid("variable_partitioner", variable_partitioner,
+                          "None, a number of shards (int >= 1), or ('min_size', bytes)")
+    run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    run_dir = run_dir or str(home.runs_dir() / run_id)
+    return Job(
+        run_id=run_id, run_dir=run_dir, strategy=strategy, model=model, data=data, loss=loss,
+        optimizer=optimizer, learning_rate=learning_rate, momentum=momentum,
+        global_batch_size=global_batch_size, steps=steps, seed=0 if seed is None else int(seed),
+        workers=workers, ps=ps, steps_per_execution=steps_per_execution,
+        checkpoint_every=checkpoint_every, eval_every=eval_every,
+        stop_check_every=max(steps_per_execution, 10), variable_partitioner=variable_partitioner,
+        devices=devices,
+    )
+
+
+def _data(data):
+    if isinstance(data, Data):
+        if len(data.x_train) == 0:
+            raise invalid("data", data, "training data with at least one example")
+        return data
+    if isinstance(data, tuple) and len(data) in (2, 4):
+        from workbench import datasets
+
+        try:
+            arrays = [np.asarray(a) for a in data]
+        except Exception as e:
+            raise invalid("data", type(data).__name__, f"numpy-convertible arrays ({e})") from e
+        if any(a.dtype == object for a in arrays):
+            raise invalid("data", "arrays of dtype object", "numeric arrays (x, y)")
+        return datasets.from_numpy(*arrays)
+    if callable(data):
+        return data
+    raise invalid("data", type(data).__name__,
+                  "wb.datasets.digits() (or another wb.datasets Data), numpy (x, y), "
+                  "or a dataset_fn(input_context) -> tf.data.Dataset")
