@@ -88,3 +88,17 @@ def test_same_topology_reuses_engines_different_topology_recycles_them():
     assert roles.engines_to_recycle(plan(engines, "single", workers=1), state) == [0]
     # fresh engines are never recycled
     assert roles.engines_to_recycle(plan(engines, "parameter_server", workers=1, ps=1), {}) == []
+
+
+def test_best_plan_prefers_engines_that_already_hold_the_right_state():
+    engines = engines_on({"a": 4})
+    first = plan(engines[2:], "multi_worker_mirrored", workers=2)  # a run on engines 2, 3
+    state = {t.engine_id: roles.fingerprint(t) for t in first}
+    a = strategies.get("multi_worker_mirrored")
+    again = roles.best_plan(engines, state, [2, 3], a.ROLES, 2, 0, a.MULTI_ENGINE)
+    assert [t.engine_id for t in again] == [2, 3]
+    assert roles.engines_to_recycle(again, state) == []
+    # a local run goes to a fresh engine rather than restarting one
+    s = strategies.get("single")
+    local = roles.best_plan(engines, state, None, s.ROLES, 1, 0, s.MULTI_ENGINE)
+    assert local[0].engine_id == 0 and roles.engines_to_recycle(local, state) == []

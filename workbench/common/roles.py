@@ -74,10 +74,9 @@ def engine_env(engines, cluster_tag):
 def assign(engines, roles, workers, ps):
     """Pick engines for each role, in the order ``roles`` lists them.
 
-    Returns ``[(engine, role, index), ...]``. Engines are taken by id, so re-running the
-    same topology on the same cluster lands every task on the same engine and port.
-    Roles are spread round-robin over hosts when there are several, so that tasks of one
-    kind do not pile onto one machine.
+    Returns ``[(engine, role, index), ...]``. Engines are taken in the order given, spread
+    round-robin over hosts when there are several, so that tasks of one kind do not pile
+    onto one machine.
     """
     counts = {"chief": 1, "local": 1, "ps": ps, "worker": workers}
     pool = _interleave_hosts(engines)
@@ -90,7 +89,7 @@ def assign(engines, roles, workers, ps):
 
 def _interleave_hosts(engines):
     by_host = {}
-    for e in sorted(engines, key=lambda e: e.id):
+    for e in engines:
         by_host.setdefault(e.host, []).append(e)
     hosts = sorted(by_host, key=lambda h: by_host[h][0].id)
     out = []
@@ -104,8 +103,8 @@ def _interleave_hosts(engines):
 def plan(engines, roles, workers, ps, multi_engine, devices=0):
     """Tasks of one run: roles, task indices, and each task's TF_CONFIG.
 
-    ``roles`` and ``multi_engine`` come from the strategy adapter. Local strategies get
-    one "local" task and no TF_CONFIG.
+    ``engines`` are used in the order given. ``roles`` and ``multi_engine`` come from the
+    strategy adapter. Local strategies get one "local" task and no TF_CONFIG.
     """
     picked = assign(engines, roles, workers, ps)
     if not multi_engine:
@@ -130,6 +129,24 @@ def fingerprint(task):
     if not task.tf_config:
         return ("local", task.devices)
     return ("cluster", task.tf_config_json)
+
+
+def best_plan(engines, state, previous, *args, **kwargs):
+    """The plan that restarts the fewest engines.
+
+    Candidates: the engines a previous run of the same topology used, in the same order
+    (``previous``: engine ids, or None); fresh engines first; all engines by id. Ties go
+    to the earlier candidate, so an unchanged topology lands on the same engines.
+    """
+    by_id = sorted(engines, key=lambda e: e.id)
+    candidates = []
+    if previous and all(any(e.id == p for e in by_id) for p in previous):
+        first = [next(e for e in by_id if e.id == p) for p in previous]
+        candidates.append(first + [e for e in by_id if e.id not in previous])
+    candidates.append(sorted(by_id, key=lambda e: state.get(e.id) is not None))
+    candidates.append(by_id)
+    plans = [plan(order, *args, **kwargs) for order in candidates]
+    return min(plans, key=lambda p: len(engines_to_recycle(p, state)))
 
 
 def engines_to_recycle(tasks, state):

@@ -4,10 +4,17 @@ import os
 import socket
 
 
-def run_task(job, task):
-    """Set this task's TF_CONFIG, then hand over to the strategy adapter."""
+def run_task(payload, task):
+    """Set this task's TF_CONFIG, then hand over to the strategy adapter.
+
+    ``payload`` is the cloudpickled ``Job``: the model and data functions a notebook
+    defines live in ``__main__`` and travel by value.
+    """
+    import cloudpickle
+
     from workbench.engine import strategies
 
+    job = cloudpickle.loads(payload)
     if task.tf_config:
         os.environ["TF_CONFIG"] = task.tf_config_json
     else:

@@ -8,6 +8,8 @@ import time
 import weakref
 from pathlib import Path
 
+import cloudpickle
+
 from workbench.common import roles
 from workbench.common import validate
 from workbench.engine import inventory
@@ -65,6 +67,7 @@ class Cluster:
         self._state = {}  # engine id -> TF state fingerprint (None: no TF state yet)
         self._pids = set()  # local pids this object started
         self._retired = set()  # engine ids replaced by recycling
+        self._last_engines = {}  # (strategy, workers, ps, devices) -> engine ids of its last run
         self.runs = []
 
     # -- lifecycle -------------------------------------------------------------------
@@ -76,7 +79,7 @@ class Cluster:
 
         if self.attached:
             try:
-                self.client = ipp.Client(profile=self.profile, cluster_id=self.cluster_id or "")
+                self.client = ipp.Client(profile=self.profile, cluster_id=self._find_cluster_id())
             except (OSError, ValueError) as e:
                 raise ClusterError(f"Could not attach to ipyparallel profile {self.profile!r}: {e}") from e
         else:
@@ -90,6 +93,17 @@ class Cluster:
             self.stop()
             raise
         return self
+
+    def _find_cluster_id(self):
+        """The given cluster id, or the only cluster running in the profile."""
+        if self.cluster_id is not None:
+            return self.cluster_id
+        security = _profile_path(self.profile) / "security"
+        ids = sorted(f.name[len("ipcontroller-"):-len("-client.json")]
+                     for f in security.glob("ipcontroller-*-client.json"))
+        if len(ids) > 1:
+            raise invalid("cluster_id", None, f"one of the clusters running in profile {self.profile!r}: {ids}")
+        return ids[0] if ids else ""
 
     def _start_own(self, ipp):
         options = dict(self.ipp_options)
@@ -140,12 +154,13 @@ class Cluster:
             return
         for engine_set in self._ipp.engines.values():
             self._pids.update(getattr(l, "pid", None) for l in getattr(engine_set, "launchers", {}).values())
+        family = _family(self._pids - {None})  # engines' nannies, the controller's schedulers
         try:
             self._ipp.stop_cluster_sync()
         except Exception:
             pass
         self._ipp = None
-        _reap(self._pids - {None}, deadline=10)
+        _reap(family, deadline=10)
         self._pids.clear()
 
     def __enter__(self):
@@ -194,9 +209,8 @@ class Cluster:
         if self._ipp is None:
             return ""
         out = []
-        sources = [("controller", self._ipp.controller)] + [
-            (f"engines {k}", v) for k, v in self._ipp.engines.items()
-        ]
+        sources = [(f"engines {k}", v) for k, v in self._ipp.engines.items()]
+        sources.append(("controller", self._ipp.controller))
         for name, launcher in sources:
             try:
                 text = launcher.get_output() if launcher is not None else ""
@@ -291,7 +305,7 @@ class Cluster:
         remote = [o.id for o in old.values() if o.address not in _LOOPBACK and o.id in self.client.ids]
         if remote:
             self.client.shutdown(targets=remote, block=False)
-        _reap({o.pid for o in local}, deadline=0)  # SIGKILL: these are engines we started
+        _reap(_family({o.pid for o in local}), deadline=0)  # SIGKILL: engines we started
         keep = set(self._info)
         engine_set = self._ipp.start_engines_sync(n=len(engine_ids))
         for launcher in getattr(self._ipp.engines[engine_set], "launchers", {}).values():
@@ -364,9 +378,11 @@ class Cluster:
         self._require_idle()
         self._heal()
         adapter = strategies.get(job.strategy)
-        tasks = roles.plan(list(self._info.values()), adapter.ROLES, job.workers, job.ps,
-                           adapter.MULTI_ENGINE, devices=job.devices)
+        topology = (job.strategy, job.workers, job.ps, job.devices)
+        tasks = roles.best_plan(list(self._info.values()), self._state, self._last_engines.get(topology),
+                                adapter.ROLES, job.workers, job.ps, adapter.MULTI_ENGINE, devices=job.devices)
         tasks = self.prepare(tasks)
+        self._last_engines[topology] = [t.engine_id for t in tasks]
         if resume:
             job = replace(job, resume=True, steps=steps or job.steps,
                           run_id=job.run_id.split("~")[0] + f"~{int(time.time())}")
@@ -374,15 +390,17 @@ class Cluster:
         Path(job.run_dir).mkdir(parents=True, exist_ok=True)
         (Path(job.run_dir) / "STOP").unlink(missing_ok=True)
         self.mark(tasks)
+        # cloudpickle ships functions defined in a notebook (__main__) by value
+        payload = cloudpickle.dumps(job)
         results = {}
         servers = [t for t in tasks if job.strategy == "parameter_server" and t.role != "chief"]
         for t in servers:  # PS and worker servers first: the coordinator connects to them
-            results[f"{t.role}:{t.index}"] = self.client[t.engine_id].apply_async(entry.run_task, job, t)
+            results[f"{t.role}:{t.index}"] = self.client[t.engine_id].apply_async(entry.run_task, payload, t)
         for name, ar in list(results.items()):
             ar.get(timeout=start_timeout)
         for t in tasks:
             if t not in servers:
-                results[f"{t.role}:{t.index}"] = self.client[t.engine_id].apply_async(entry.run_task, job, t)
+                results[f"{t.role}:{t.index}"] = self.client[t.engine_id].apply_async(entry.run_task, payload, t)
         ordered = {f"{t.role}:{t.index}": results[f"{t.role}:{t.index}"] for t in tasks}
         run = Run(self, job, tasks, ordered, stall_timeout=stall_timeout, start_timeout=start_timeout)
         self.runs.append(run)
@@ -448,6 +466,19 @@ def _alive(pid):
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def _family(pids):
+    """``pids`` and all their descendants."""
+    import psutil
+
+    out = set(pids)
+    for pid in pids:
+        try:
+            out.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+        except psutil.Error:
+            pass
+    return out
 
 
 def _reap(pids, deadline):

@@ -50,7 +50,9 @@ def make_job(cluster, *, model, data, loss, optimizer, learning_rate, momentum, 
                           f"at most the {len(data.x_train)} training examples of data {data.name!r} "
                           f"split over {shards} shard(s): each shard has {per_shard} examples, one batch needs {per_batch}")
     default_spe = 10 if strategy == "parameter_server" else 1
-    steps_per_execution = validate.positive_int("steps_per_execution", steps_per_execution or default_spe)
+    if steps_per_execution is None:
+        steps_per_execution = default_spe
+    steps_per_execution = validate.positive_int("steps_per_execution", steps_per_execution)
     checkpoint_every = validate.positive_int("checkpoint_every", checkpoint_every, minimum=0)
     eval_every = validate.positive_int("eval_every", eval_every, minimum=0)
     if variable_partitioner is not None:

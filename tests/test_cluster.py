@@ -1,0 +1,97 @@
+"""Real local clusters: start, inventory, stop by PID, attach, start failures, recycling."""
+
+import os
+import sys
+
+import ipyparallel as ipp
+import pytest
+from traitlets.config import Config
+
+import workbench as wb
+from workbench.kernel.cluster import _alive, _family
+
+pytestmark = pytest.mark.cluster
+
+
+def test_start_reports_engines_and_stop_leaves_no_process():
+    with wb.Cluster(engines=2) as c:
+        table = c.engines
+        assert list(table.index) == [0, 1]
+        assert set(table.columns) >= {"host", "address", "pid", "tf_port", "gpus", "cuda_visible_devices"}
+        assert (table.address == "127.0.0.1").all()
+        assert table.tf_port.nunique() == 2
+        pids = list(table.pid) + [c._ipp.controller.pid]
+        assert all(_alive(p) for p in pids)
+        pids = _family(pids)  # engine nannies and controller schedulers too
+        assert "tf_state" in repr(c) and "<table" in c._repr_html_()
+        # the lifetime environment reached the engines before any TF import
+        env = c.client[:].apply_sync(_engine_env)
+        assert [e[0] for e in env] == ["use_caller"] * 2
+        assert len({e[1] for e in env}) == 2 and not any(e[2] for e in env)
+        # the workbench's own profile, not the user's IPython directory
+        assert c._ipp.profile_dir.startswith(os.environ["WORKBENCH_HOME"])
+    assert not c.running
+    assert [p for p in pids if _alive(p)] == []
+
+
+@ipp.interactive
+def _engine_env():
+    import os
+    import sys
+
+    return os.environ.get("GRPC_FAIL_FAST"), os.environ["TMPDIR"], "tensorflow" in sys.modules
+
+
+def test_engines_that_exit_at_start_raise_with_their_output():
+    cfg = Config()
+    cfg.LocalEngineSetLauncher.engine_cmd = [sys.executable, "-c", "print('engine says: no GPU driver'); raise SystemExit(3)"]
+    with pytest.raises(wb.ClusterError, match="(?s)engine says: no GPU driver"):
+        wb.Cluster(engines=1, timeout=20, config=cfg).start()
+
+
+def test_engines_that_never_register_time_out_with_log_tail():
+    cfg = Config()
+    cfg.LocalEngineSetLauncher.engine_cmd = [sys.executable, "-c", "import time; print('engine stuck', flush=True); time.sleep(300)"]
+    with pytest.raises(wb.ClusterStartTimeout, match="(?s)did not register within 4 s.*engine stuck"):
+        wb.Cluster(engines=1, timeout=4, config=cfg).start()
+
+
+def test_attach_to_a_running_profile_and_leave_it_running(tmp_path):
+    import ipyparallel as ipp
+    from IPython.paths import get_ipython_dir
+
+    profile_dir = os.path.join(get_ipython_dir(), "profile_wbattach")
+    other = ipp.Cluster(n=1, profile_dir=profile_dir, log_level=40, controller_ip="127.0.0.1")
+    rc = other.start_and_connect_sync()
+    try:
+        engine_pid = rc[:].apply_sync(os.getpid)[0]
+        family = _family([engine_pid])
+        c = wb.Cluster(profile="wbattach").start()
+        assert list(c.engines.pid) == [engine_pid]
+        assert c.attached and "attached" in repr(c)
+        c.stop()
+        assert _alive(engine_pid), "stop() of an attached cluster must not stop someone else's engines"
+    finally:
+        rc.close()
+        other.stop_cluster_sync()
+    _wait_gone(family)
+
+
+def _wait_gone(pids, timeout=15):
+    """ipyparallel's own stop: its engines' nannies exit on their own shortly after."""
+    import time
+
+    end = time.monotonic() + timeout
+    while [p for p in pids if _alive(p)] and time.monotonic() < end:
+        time.sleep(0.05)
+    assert [p for p in pids if _alive(p)] == []
+
+
+def test_recycle_replaces_an_engine_on_the_same_port():
+    with wb.Cluster(engines=2) as c:
+        before = c.engine_info[1]
+        mapping = c.recycle([1])
+        new = c.engine_info[mapping[1]]
+        assert mapping[1] not in (0, 1) and new.port == before.port and new.pid != before.pid
+        assert not _alive(before.pid)
+        assert sorted(c.engine_info) == sorted([0, mapping[1]])

@@ -1,0 +1,180 @@
+"""Training runs on a real local cluster: every strategy, the averaging identity, accuracy,
+checkpoints and resume, stop, errors, and engine recycling between topologies."""
+
+import os
+import time
+
+import ipyparallel as ipp
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.kernel.cluster import _alive
+
+pytestmark = pytest.mark.cluster
+
+DIGITS = wb.datasets.digits()
+MLP = wb.models.mlp((64, 32))
+PARAMS = 64 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = wb.Cluster(engines=4).start()
+    yield c
+    c.stop()
+
+
+def relative_difference(a, b):
+    a = np.concatenate([w.ravel() for w in a]).astype("float64")
+    b = np.concatenate([w.ravel() for w in b]).astype("float64")
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def wait_for(condition, timeout, what):
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, f"timed out after {timeout} s waiting for {what()}"
+        time.sleep(0.05)
+
+
+TOPOLOGIES = {
+    "single": dict(strategy="single", workers=1, ps=0),
+    "mirrored": dict(strategy="mirrored", workers=1, ps=0),
+    "multi_worker_mirrored": dict(strategy="multi_worker_mirrored", workers=2, ps=0),
+    "parameter_server": dict(strategy="parameter_server", workers=2, ps=1),
+}
+
+
+@pytest.fixture(params=list(TOPOLOGIES))
+def topology(request):
+    return TOPOLOGIES[request.param]
+
+
+def test_every_strategy_trains_reports_and_checkpoints(cluster, topology):
+    run = cluster.train(MLP, DIGITS, global_batch_size=64, steps=60, checkpoint_every=30,
+                        steps_per_execution=5, **topology).wait(timeout=300)
+    assert run.final_step == 60 and not run.stopped
+    h = run.history
+    workers = sorted(h.worker.unique())
+    if topology["strategy"] == "parameter_server":
+        # asynchronous: each step is done once, by one of the workers
+        assert sorted(h.step) == list(range(1, 61))
+        assert set(workers) <= {"worker:0", "worker:1"}
+    else:
+        expected = ["local:0"] if topology["workers"] == 1 else ["worker:0", "worker:1"]
+        assert workers == expected
+        for w in workers:
+            assert list(h[h.worker == w].step) == list(range(1, 61))
+    assert h.loss.iloc[-10:].mean() < h.loss.iloc[:10].mean()
+    assert (h.examples_per_s > 0).all()
+
+    p = run.placement
+    engines = 1 + topology["workers"] + topology["ps"] if topology["ps"] else topology["workers"]
+    assert (p.variable.isna()).sum() == engines  # one row per task
+    variables = p[p.variable.notna()]
+    per_copy = variables.groupby("task" if topology["ps"] else "role").bytes.sum()
+    if topology["strategy"] == "parameter_server":
+        assert set(variables.role) == {"ps"} and variables.device.str.startswith("/job:ps/").all()
+        assert variables.bytes.sum() == PARAMS * 4
+    else:
+        assert variables.bytes.sum() == PARAMS * 4 * topology["workers"]  # a replica per worker
+    assert per_copy.sum() == variables.bytes.sum()
+
+    checkpoints = sorted(os.listdir(run.run_dir / "checkpoints"))
+    assert "ckpt-30.index" in checkpoints and "ckpt-60.index" in checkpoints
+    assert [w.shape for w in run.weights()] == [(64, 64), (64,), (64, 32), (32,), (32, 10), (10,)]
+
+
+def test_two_worker_mwms_equals_single_on_the_same_global_batches(cluster):
+    """The parameter-averaging identity: with plain SGD (no momentum), equal shards and
+    averaging every step, n workers of batch m are one process with batch n*m. Here the
+    workers' shards interleave one seeded stream, so global batch s is exactly the single
+    run's batch s; only float32 summation order differs."""
+    args = dict(global_batch_size=64, steps=40, learning_rate=0.1, seed=3, checkpoint_every=0)
+    mwms = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, **args).wait(timeout=300)
+    single = cluster.train(MLP, DIGITS, strategy="single", workers=1, **args).wait(timeout=300)
+    assert relative_difference(mwms.weights(), single.weights()) < 1e-5
+    h = mwms.history
+    np.testing.assert_allclose(h[h.worker == "worker:0"].loss.values, single.history.loss.values, rtol=1e-5)
+
+
+def test_parameter_server_reaches_90_percent_on_digits(cluster):
+    run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=128,
+                        steps=300, learning_rate=0.1, checkpoint_every=0).wait(timeout=300)
+    assert run.evaluation["test_accuracy"] >= 0.90, run.evaluation
+
+
+def test_resume_continues_from_the_checkpoint_with_the_exact_step_count(cluster):
+    args = dict(global_batch_size=64, learning_rate=0.1, seed=1)
+    first = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, steps=30,
+                          checkpoint_every=10, **args).wait(timeout=300)
+    second = first.resume(steps=50).wait(timeout=300)
+    assert second.run_dir == first.run_dir and second.final_step == 50
+    h = second.history
+    for w in ("worker:0", "worker:1"):
+        assert list(h[h.worker == w].step) == list(range(31, 51)), "a step was done twice or skipped"
+    straight = cluster.train(MLP, DIGITS, strategy="single", workers=1, steps=50, checkpoint_every=0,
+                             **args).wait(timeout=300)
+    assert relative_difference(second.weights(), straight.weights()) < 1e-5
+
+
+def test_stop_ends_every_worker_at_the_same_step_and_keeps_a_checkpoint(cluster):
+    run = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, steps=1_000_000,
+                        global_batch_size=64, checkpoint_every=0)
+    wait_for(lambda: run.step >= 20, 120, lambda: f"20 steps; at {run.step}")
+    run.stop()
+    assert run.stopped and 20 <= run.final_step < 1_000_000
+    h = run.history
+    last = h.groupby("worker").step.max()
+    assert last["worker:0"] == last["worker:1"] == run.final_step
+    assert f"ckpt-{run.final_step}.index" in os.listdir(run.run_dir / "checkpoints")
+
+
+def test_metrics_reach_the_kernel_while_training_runs(cluster):
+    run = cluster.train(MLP, DIGITS, strategy="single", workers=1, steps=3000, global_batch_size=64,
+                        checkpoint_every=0)
+    seen = []
+    while not run.done:
+        seen.append(len(run.history))
+        time.sleep(0.1)
+    run.wait()
+    assert any(0 < n < 3000 for n in seen), f"history never grew during the run: {sorted(set(seen))[:10]}"
+    assert len(run.history) == 3000
+
+
+@ipp.interactive
+def broken_model():
+    raise ValueError("boom from the model builder")
+
+
+def test_an_engine_error_reaches_the_kernel_with_role_and_traceback(cluster):
+    start = time.monotonic()
+    run = cluster.train(broken_model, DIGITS, strategy="multi_worker_mirrored", workers=2, steps=10,
+                        global_batch_size=64)
+    with pytest.raises(wb.EngineError) as info:
+        run.wait(timeout=120)
+    assert time.monotonic() - start < 60
+    err = info.value
+    assert err.role == "worker" and err.engine_id in cluster.engine_info or err.engine_id is not None
+    assert "boom from the model builder" in str(err) and "broken_model" in err.remote_traceback
+    # the cluster is still usable
+    after = cluster.train(MLP, DIGITS, strategy="single", workers=1, steps=5, global_batch_size=64).wait(timeout=300)
+    assert after.final_step == 5
+
+
+def test_two_topologies_back_to_back_recycle_only_when_needed(cluster):
+    """MWMS state is process-global: an engine that holds one cluster spec cannot join
+    another (TF hangs), so the cluster replaces such engines before the next run; an
+    unchanged topology reuses its engines as they are."""
+    args = dict(global_batch_size=60, steps=10, checkpoint_every=0)
+    two = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, **args).wait(timeout=300)
+    used = {cluster.engine_info[t.engine_id].pid for t in two.tasks}
+    three = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=3, **args).wait(timeout=300)
+    assert three.final_step == 10
+    pids = [cluster.engine_info[t.engine_id].pid for t in three.tasks]
+    assert not used & set(pids), "an engine holding the 2-worker spec joined the 3-worker run"
+    assert [p for p in used if not _alive(p)], "4 engines cannot host 2 + 3 workers without a restart"
+    again = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=3, **args).wait(timeout=300)
+    assert [cluster.engine_info[t.engine_id].pid for t in again.tasks] == pids, "same topology: no restart"
+    assert again.final_step == 10

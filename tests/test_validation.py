@@ -1,0 +1,98 @@
+"""Bad input is refused in the kernel, before any engine starts, with the house message:
+the argument, what was received, what was expected."""
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.common.roles import EngineInfo
+from workbench.kernel.train import make_job
+
+
+class FourEngines:
+    """What make_job reads of a cluster: its engine inventory (here, four made-up engines)."""
+
+    engine_info = {i: EngineInfo(i, "h", "127.0.0.1", 100 + i, 5000 + i) for i in range(4)}
+
+
+GOOD = dict(model=wb.models.mlp(), data=wb.datasets.digits(), loss="sparse_categorical_crossentropy",
+            optimizer="sgd", learning_rate=0.1, momentum=0.0, strategy="multi_worker_mirrored", workers=2,
+            ps=0, global_batch_size=64, steps=10, seed=0, steps_per_execution=None, checkpoint_every=0,
+            eval_every=0, variable_partitioner=None, devices=0)
+
+BAD_TRAIN = [
+    ({"strategy": "paramter_server"}, "strategy", "Did you mean 'parameter_server'"),
+    ({"strategy": 3}, "strategy", "Expected one of"),
+    ({"workers": 0}, "workers", "Expected an int >= 1"),
+    ({"workers": 2.5}, "workers", "Received: workers=2.5"),
+    ({"workers": True}, "workers", "Expected an int >= 1"),
+    ({"workers": 5}, "workers", "fits the cluster's 4 engines"),
+    ({"ps": 1}, "ps", "which has no parameter servers"),
+    ({"strategy": "parameter_server", "ps": 0}, "ps", "an int >= 1 with strategy='parameter_server'"),
+    ({"strategy": "parameter_server", "ps": 2, "workers": 2}, "workers", "needs 5 (1 chief + 2 ps + 2 worker)"),
+    ({"strategy": "single", "workers": 2}, "workers", "runs on one engine"),
+    ({"ps": -1}, "ps", "an int >= 0"),
+    ({"global_batch_size": 63}, "global_batch_size", "a multiple of the 2 replicas"),
+    ({"global_batch_size": 0}, "global_batch_size", "an int >= 1"),
+    ({"global_batch_size": 4096}, "global_batch_size", "training examples of data 'digits'"),
+    ({"steps": 0}, "steps", "an int >= 1"),
+    ({"steps": "100"}, "steps", "Received: steps='100'"),
+    ({"learning_rate": -0.1}, "learning_rate", "a finite number > 0"),
+    ({"learning_rate": float("nan")}, "learning_rate", "a finite number > 0"),
+    ({"momentum": 1.5}, "momentum", "a number in [0, 1)"),
+    ({"optimizer": "adam", "momentum": 0.9}, "momentum", "applies to 'sgd'"),
+    ({"optimizer": "adamm"}, "optimizer", "Did you mean 'adam'"),
+    ({"loss": "crossentropy"}, "loss", "Expected one of"),
+    ({"model": "mlp"}, "model", "a callable that returns a keras.Model"),
+    ({"data": [1, 2, 3]}, "data", "wb.datasets.digits()"),
+    ({"data": (np.zeros((10, 4)), np.zeros(9))}, "y", "one label per example"),
+    ({"data": (np.zeros((0, 4)), np.zeros(0))}, "x", "a non-empty array"),
+    ({"seed": -1}, "seed", "an int >= 0"),
+    ({"steps_per_execution": 0}, "steps_per_execution", "an int >= 1"),
+    ({"devices": 2}, "devices", "logical devices are for 'mirrored'"),
+    ({"strategy": "mirrored", "workers": 1, "devices": 3, "global_batch_size": 64}, "global_batch_size", "multiple of the 3 replicas"),
+    ({"variable_partitioner": 2}, "variable_partitioner", "only parameter_server shards"),
+    ({"strategy": "parameter_server", "ps": 1, "variable_partitioner": "fixed"}, "variable_partitioner", "a number of shards"),
+    ({"checkpoint_every": -5}, "checkpoint_every", "an int >= 0"),
+]
+
+
+@pytest.mark.parametrize("change,argument,expected", BAD_TRAIN, ids=[f"{a}-{i}" for i, (_, a, _) in enumerate(BAD_TRAIN)])
+def test_bad_training_arguments_are_refused_in_the_kernel(change, argument, expected):
+    with pytest.raises(wb.ConfigError) as info:
+        make_job(FourEngines(), **{**GOOD, **change})
+    message = str(info.value)
+    assert message.startswith(f"Invalid value for argument '{argument}'. Received: "), message
+    assert expected in message
+
+
+def test_the_good_arguments_pass():
+    job = make_job(FourEngines(), **GOOD)
+    assert job.steps_per_execution == 1 and job.workers == 2
+
+
+BAD_CLUSTER = [
+    ({"engines": 0}, "engines", "an int >= 1"),
+    ({"engines": "4"}, "engines", "an int >= 1"),
+    ({"engines": 2.0}, "engines", "an int >= 1"),
+    ({"profile": "no-such-profile-here"}, "profile", "an existing ipyparallel profile"),
+    ({"profile": 7}, "profile", "the name of an ipyparallel profile"),
+    ({"cluster_id": "abc"}, "cluster_id", "a profile name beside it"),
+    ({"engines": 2, "timeout": 0}, "timeout", "a finite number > 0"),
+]
+
+
+@pytest.mark.parametrize("kwargs,argument,expected", BAD_CLUSTER, ids=[a for _, a, _ in BAD_CLUSTER])
+def test_bad_cluster_arguments_are_refused_before_anything_starts(kwargs, argument, expected):
+    with pytest.raises(wb.ConfigError, match=f"argument '{argument}'.*{expected[:20]}"):
+        wb.Cluster(**kwargs)
+
+
+def test_unknown_launcher_is_a_config_error():
+    with pytest.raises(wb.ConfigError, match="ipyparallel refused"):
+        wb.Cluster(engines=1, launcher="no-such-launcher").start()
+
+
+def test_training_on_a_stopped_cluster_says_so():
+    with pytest.raises(wb.ClusterError, match="not running"):
+        wb.Cluster(engines=1).train(wb.models.mlp(), wb.datasets.digits())
