@@ -5,14 +5,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.common.roles import EngineInfo
 from workbench.kernel.train import make_job
-
-
-class FourEngines:
-    """What make_job reads of a cluster: its engine inventory (here, four made-up engines)."""
-
-    engine_info = {i: EngineInfo(i, "h", "127.0.0.1", 100 + i, 5000 + i) for i in range(4)}
 
 
 GOOD = dict(model=wb.models.mlp(), data=wb.datasets.digits(), loss="sparse_categorical_crossentropy",
@@ -60,14 +53,14 @@ BAD_TRAIN = [
 @pytest.mark.parametrize("change,argument,expected", BAD_TRAIN, ids=[f"{a}-{i}" for i, (_, a, _) in enumerate(BAD_TRAIN)])
 def test_bad_training_arguments_are_refused_in_the_kernel(change, argument, expected):
     with pytest.raises(wb.ConfigError) as info:
-        make_job(FourEngines(), **{**GOOD, **change})
+        make_job(4, **{**GOOD, **change})
     message = str(info.value)
     assert message.startswith(f"Invalid value for argument '{argument}'. Received: "), message
     assert expected in message
 
 
 def test_the_good_arguments_pass():
-    job = make_job(FourEngines(), **GOOD)
+    job = make_job(4, **GOOD)
     assert job.steps_per_execution == 1 and job.workers == 2
 
 

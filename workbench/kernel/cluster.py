@@ -121,7 +121,10 @@ class Cluster:
         except Exception as e:  # traitlets / entry point errors for unknown launchers
             raise ConfigError(f"ipyparallel refused the cluster options: {e}") from e
         try:
-            self.client = self._ipp.start_and_connect_sync()
+            self._ipp.start_cluster_sync()
+            self.client = self._ipp.connect_client_sync()
+            # interactive=False: no progress widget of ipyparallel's own in the notebook
+            self.client.wait_for_engines(self.n, timeout=self.timeout, interactive=False)
         except BaseException as e:
             logs = self._log_tail()
             self._stop_own()
@@ -352,7 +355,7 @@ class Cluster:
         self._require_running()
         self._require_idle()
         job = make_job(
-            self, model=model, data=data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
+            len(self._info), model=model, data=data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
             momentum=momentum, strategy=strategy, workers=workers, ps=ps,
             global_batch_size=global_batch_size, steps=steps, seed=seed,
             steps_per_execution=steps_per_execution, checkpoint_every=checkpoint_every,

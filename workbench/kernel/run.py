@@ -89,7 +89,7 @@ class Run:
         import pandas as pd
 
         with self._lock:
-            rows = sorted(self._rows.values(), key=lambda r: (r["time"], r["step"]))
+            rows = sorted(self._rows.values(), key=lambda r: (r["step"], r["worker"]))
         cols = ["step", "worker", "loss", "examples_per_s", "step_time", "time", "elapsed"]
         if not rows:
             return pd.DataFrame(columns=cols)

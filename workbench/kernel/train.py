@@ -1,4 +1,8 @@
-"""``Cluster.train``'s arguments: checked in the kernel, turned into a ``Job``."""
+"""``Cluster.train``'s arguments: checked in the kernel, turned into a ``Job``.
+
+``available`` is the number of engines the run may use, or None where no cluster is
+running yet (the CLI checks its arguments before starting one).
+"""
 
 import time
 import uuid
@@ -13,12 +17,12 @@ from workbench.errors import invalid
 from workbench.kernel import home
 
 
-def make_job(cluster, *, model, data, loss, optimizer, learning_rate, momentum, strategy, workers,
+def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum, strategy, workers,
              ps, global_batch_size, steps, seed, steps_per_execution, checkpoint_every, eval_every,
              variable_partitioner, devices, run_dir=None):
     strategy = validate.choice("strategy", strategy, strategies.names())
     adapter = strategies.get(strategy)
-    validate.topology(strategy, workers, ps, adapter, available=len(cluster.engine_info))
+    validate.topology(strategy, workers, ps, adapter, available=available)
     if not callable(model):
         raise invalid("model", model, "a callable that returns a keras.Model or tf.Module "
                       "(for example wb.models.mlp() or a function that builds one)")

@@ -1,0 +1,110 @@
+"""``python -m workbench train ...``: the notebook's training runs, headless, with a progress bar."""
+
+import argparse
+import sys
+import time
+
+from workbench.errors import WorkbenchError
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="python -m workbench", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="start a local cluster, train, print a summary, stop")
+    t.add_argument("--strategy", default="multi_worker_mirrored",
+                   help="multi_worker_mirrored | parameter_server | mirrored | single")
+    t.add_argument("--workers", type=int, default=2)
+    t.add_argument("--ps", type=int, default=0)
+    t.add_argument("--engines", type=int, default=None, help="engines to start (default: what the run needs)")
+    t.add_argument("--steps", type=int, default=300)
+    t.add_argument("--global-batch-size", type=int, default=256)
+    t.add_argument("--learning-rate", type=float, default=0.1)
+    t.add_argument("--optimizer", default="sgd")
+    t.add_argument("--data", default="digits", help="digits | synthetic")
+    t.add_argument("--hidden", default="64,32", help="hidden layer widths, comma-separated")
+    t.add_argument("--steps-per-execution", type=int, default=None)
+    t.add_argument("--checkpoint-every", type=int, default=100)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
+    return p
+
+
+def _engines_needed(args):
+    return {"parameter_server": 1 + args.workers + args.ps, "multi_worker_mirrored": args.workers}.get(args.strategy, 1)
+
+
+
+def train(args, out=sys.stdout):
+    import workbench as wb
+
+    data = {"digits": wb.datasets.digits, "synthetic": wb.datasets.synthetic}.get(args.data)
+    if data is None:
+        raise wb.ConfigError(f"Invalid value for argument '--data'. Received: --data={args.data!r}. "
+                             "Expected 'digits' or 'synthetic'.")
+    try:
+        hidden = tuple(int(h) for h in args.hidden.split(",") if h)
+    except ValueError:
+        raise wb.ConfigError(f"Invalid value for argument '--hidden'. Received: --hidden={args.hidden!r}. "
+                             "Expected comma-separated ints, for example 64,32.") from None
+    data = data()
+    options = dict(
+        strategy=args.strategy, workers=args.workers, ps=args.ps, steps=args.steps,
+        global_batch_size=args.global_batch_size, learning_rate=args.learning_rate,
+        optimizer=args.optimizer, steps_per_execution=args.steps_per_execution,
+        checkpoint_every=args.checkpoint_every, seed=args.seed,
+    )
+    model = wb.models.mlp(hidden, classes=data.classes)
+    check(model, data, options)  # refuse bad arguments before any engine starts
+    engines = args.engines or _engines_needed(args)
+    with wb.Cluster(engines=engines) as cluster:
+        run = cluster.train(model, data, **options)
+        _follow(run, out, progress=not args.no_progress)
+        run.wait()
+        print(summary(run), file=out)
+    return run
+
+
+def check(model, data, options):
+    from workbench.kernel.train import make_job
+
+    defaults = dict(loss="sparse_categorical_crossentropy", momentum=0.0, eval_every=0,
+                    variable_partitioner=None, devices=0)
+    make_job(None, model=model, data=data, **defaults, **options)
+
+
+def _follow(run, out, progress):
+    from tqdm import tqdm
+
+    with tqdm(total=run.job.steps, unit="step", file=out, disable=not progress, dynamic_ncols=True) as bar:
+        while not run.done:
+            h = run.history
+            if len(h):
+                bar.update(int(h.step.max()) - bar.n)
+                bar.set_postfix(loss=f"{h.loss.iloc[-20:].mean():.4f}")
+            time.sleep(0.2)
+        bar.update(max(run.step - bar.n, 0))
+
+
+def summary(run):
+    h = run.history
+    lines = [f"run {run.id}: {run.job.strategy}, workers={run.job.workers}, ps={run.job.ps}",
+             f"  steps          {run.final_step}/{run.job.steps}" + (" (stopped)" if run.stopped else "")]
+    if len(h):
+        per_worker = h.groupby("worker").examples_per_s.median()
+        lines.append(f"  final loss     {h.loss.iloc[-10:].mean():.4f} (mean of the last 10 steps)")
+        lines.append(f"  examples/s     {per_worker.sum():,.0f} in total "
+                     f"({', '.join(f'{w} {v:,.0f}' for w, v in per_worker.items())})")
+    if run.evaluation:
+        lines.append(f"  test accuracy  {run.evaluation['test_accuracy']:.4f}")
+    lines.append(f"  run directory  {run.run_dir}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        train(args)
+    except WorkbenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
