@@ -95,3 +95,15 @@ def test_recycle_replaces_an_engine_on_the_same_port():
         assert mapping[1] not in (0, 1) and new.port == before.port and new.pid != before.pid
         assert not _alive(before.pid)
         assert sorted(c.engine_info) == sorted([0, mapping[1]])
+
+
+def test_a_cluster_stops_when_the_interpreter_exits(tmp_path):
+    import subprocess
+
+    code = ("import os, workbench as wb; c = wb.Cluster(engines=1).start(); "
+            "print(*c.engines.pid, c._ipp.controller.pid)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, WORKBENCH_HOME=str(tmp_path)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    pids = [int(p) for p in out.stdout.split()]
+    _wait_gone(pids)

@@ -178,3 +178,120 @@ def test_two_topologies_back_to_back_recycle_only_when_needed(cluster):
     again = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=3, **args).wait(timeout=300)
     assert [cluster.engine_info[t.engine_id].pid for t in again.tasks] == pids, "same topology: no restart"
     assert again.final_step == 10
+
+
+@ipp.interactive
+def synthetic_dataset_fn(input_context):
+    import tensorflow as tf
+
+    batch = input_context.get_per_replica_batch_size(64)
+    x = tf.random.stateless_normal((2048, 16), seed=[1, 2])
+    y = tf.cast(tf.reduce_sum(x[:, :4], axis=1) > 0, tf.int32)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
+    return ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id).batch(batch)
+
+
+@ipp.interactive
+def small_model():
+    import keras
+
+    return keras.Sequential([keras.Input((16,)), keras.layers.Dense(16, activation="relu"),
+                             keras.layers.Dense(2, activation="softmax")])
+
+
+@ipp.interactive
+def per_example_loss(y_true, y_pred):
+    import keras
+
+    return keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
+
+
+@ipp.interactive
+def adam():
+    import keras
+
+    return keras.optimizers.Adam(0.01)
+
+
+def test_dataset_fn_callable_loss_and_optimizer_and_tensorboard(cluster):
+    run = cluster.train(small_model, synthetic_dataset_fn, loss=per_example_loss, optimizer=adam,
+                        strategy="multi_worker_mirrored", workers=2, global_batch_size=64, steps=100,
+                        checkpoint_every=0).wait(timeout=300)
+    h = run.history
+    assert run.final_step == 100 and len(h) == 200
+    assert h.loss.iloc[-20:].mean() < 0.5 * h.loss.iloc[:20].mean()
+    assert list((run.run_dir / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_evaluation_every_n_steps_and_training_accuracy(cluster):
+    run = cluster.train(MLP, DIGITS, strategy="single", workers=1, global_batch_size=64, steps=90,
+                        eval_every=30, checkpoint_every=0).wait(timeout=300)
+    assert list(run.evaluations.step) == [30, 60, 90]
+    assert run.evaluations.test_accuracy.iloc[-1] > run.evaluations.test_accuracy.iloc[0]
+    acc = run.history.accuracy
+    assert acc.between(0, 1).all() and acc.iloc[-10:].mean() > acc.iloc[:10].mean()
+
+
+@pytest.mark.parametrize("model,expected", [
+    (wb.models.module_mlp(input_dim=10), "Received: examples of shape (64,)"),
+    (wb.models.mlp(classes=5), "Received: labels 0..9 (10 classes). Expected at most the 5 classes"),
+])
+def test_data_that_does_not_fit_the_model_is_a_clear_error(cluster, model, expected):
+    with pytest.raises(wb.EngineError, match=expected.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        cluster.train(model, DIGITS, strategy="single", workers=1, global_batch_size=64, steps=5).wait(timeout=120)
+
+
+@ipp.interactive
+def stalling_dataset_fn(input_context):
+    """Worker 1's input blocks forever after 30 batches: worker 0 then waits in all-reduce."""
+    import time
+
+    import tensorflow as tf
+
+    def slow(i, x, y):
+        if i >= 30 * 32:
+            time.sleep(3600)
+        return x, y
+
+    x = tf.random.stateless_normal((4096, 16), seed=[1, 2])
+    y = tf.cast(x[:, 0] > 0, tf.int32)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().enumerate()
+    if input_context.input_pipeline_id == 1:
+        ds = ds.map(lambda i, xy: tf.numpy_function(slow, [i, xy[0], xy[1]], [tf.float32, tf.int32]))
+    else:
+        ds = ds.map(lambda i, xy: xy)
+    ds = ds.map(lambda x, y: (tf.ensure_shape(x, [16]), tf.ensure_shape(y, [])))
+    return ds.batch(input_context.get_per_replica_batch_size(64))
+
+
+def test_a_stalled_synchronous_run_fails_naming_a_worker_and_recycles(cluster):
+    run = cluster.train(small_model, stalling_dataset_fn, strategy="multi_worker_mirrored", workers=2,
+                        global_batch_size=64, steps=10_000, checkpoint_every=0, stall_timeout=5)
+    with pytest.raises(wb.RunStalled, match=r"no progress for 5 s.*worker:\d") as info:
+        run.wait(timeout=120)
+    assert "last steps" in str(info.value)
+    engines = [t.engine_id for t in run.tasks]
+    assert not set(engines) & set(cluster.engine_info), "stalled engines should have been replaced"
+    after = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, global_batch_size=64,
+                          steps=5).wait(timeout=300)
+    assert after.final_step == 5
+
+
+def test_variable_partitioner_shards_a_tf_module_over_ps_tasks(cluster):
+    run = cluster.train(wb.models.module_mlp(input_dim=64), DIGITS, strategy="parameter_server", workers=1,
+                        ps=2, variable_partitioner=2, global_batch_size=128, steps=200,
+                        checkpoint_every=0).wait(timeout=300)
+    p = run.placement
+    variables = p[p.variable.notna()]
+    per_ps = variables.groupby("task").bytes.sum()
+    assert list(per_ps.index) == [0, 1] and per_ps.sum() == PARAMS * 4
+    kernel = variables[variables.variable.str.contains("dense_0/kernel")]
+    assert len(kernel) == 2 and set(kernel.task) == {0, 1}, "the first kernel should be split over both PS"
+    assert run.evaluation["test_accuracy"] >= 0.85
+
+
+def test_a_keras_model_with_a_partitioner_gets_a_clear_error(cluster):
+    run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=1, ps=2, variable_partitioner=2,
+                        global_batch_size=128, steps=5)
+    with pytest.raises(wb.EngineError, match="Expected a tf.Module model"):
+        run.wait(timeout=120)

@@ -37,3 +37,48 @@ def mlp(hidden=(64, 32), classes=10, activation="relu", dtype="float32"):
     if dtype not in ("float32", "float64", "float16", "mixed_float16"):
         raise invalid("dtype", dtype, "'float32', 'float64', 'float16' or 'mixed_float16'")
     return MLP(hidden, classes, activation, dtype)
+
+
+@dataclass(frozen=True)
+class ModuleMLP:
+    """The MLP as a plain ``tf.Module``: no Keras layers, so ParameterServerStrategy can
+    shard its variables with a ``variable_partitioner`` (Keras 3 layers cannot)."""
+
+    input_dim: int
+    hidden: tuple = (64, 32)
+    classes: int = 10
+    seed: int = 0
+
+    def __call__(self):
+        import tensorflow as tf
+
+        sizes = (self.input_dim,) + tuple(self.hidden) + (self.classes,)
+        seed = self.seed
+
+        class Net(tf.Module):
+            def __init__(self):
+                super().__init__(name="module_mlp")
+                self.kernels, self.biases = [], []
+                for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+                    limit = (6.0 / (a + b)) ** 0.5  # Glorot uniform, as Keras' Dense
+                    name = "output" if i == len(sizes) - 2 else f"dense_{i}"
+                    self.kernels.append(tf.Variable(
+                        tf.random.stateless_uniform((a, b), seed=[seed, i], minval=-limit, maxval=limit),
+                        name=f"{name}/kernel"))
+                    self.biases.append(tf.Variable(tf.zeros([b]), name=f"{name}/bias"))
+
+            def __call__(self, x):
+                for i, (w, b) in enumerate(zip(self.kernels, self.biases)):
+                    x = tf.matmul(x, w) + b
+                    x = tf.nn.relu(x) if i < len(self.kernels) - 1 else tf.nn.softmax(x)
+                return x
+
+        return Net()
+
+
+def module_mlp(input_dim, hidden=(64, 32), classes=10, seed=0):
+    """A ``tf.Module`` MLP, for sharded variables: ``wb.models.module_mlp(64)`` for digits."""
+    if isinstance(input_dim, bool) or not isinstance(input_dim, int) or input_dim < 1:
+        raise invalid("input_dim", input_dim, "an int >= 1 (the number of input features)")
+    base = mlp(hidden, classes)
+    return ModuleMLP(input_dim, base.hidden, base.classes, seed)

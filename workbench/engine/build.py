@@ -30,6 +30,27 @@ def model(job):
     return m
 
 
+def check_fit(m, job):
+    """Fail before training when the data does not fit the model: a clear error, not a
+    shape error deep inside a traced function, nor a silent mismatch of class counts."""
+    data = job.data
+    if callable(data):
+        return
+    try:
+        pred = m(data.x_train[:2], training=False) if keras_model(m) else m(data.x_train[:2])
+    except Exception as e:
+        raise ValueError(
+            f"Invalid value for argument 'data'. Received: examples of shape {data.input_shape}. "
+            f"Expected examples the model accepts; calling it on two of them failed: "
+            f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        ) from None
+    if job.loss == "sparse_categorical_crossentropy" and pred.shape[-1] < data.classes:
+        raise ValueError(
+            f"Invalid value for argument 'data'. Received: labels 0..{data.classes - 1} ({data.classes} classes). "
+            f"Expected at most the {pred.shape[-1]} classes the model outputs."
+        )
+
+
 def call(m, x):
     return m(x, training=True) if keras_model(m) else m(x)
 

@@ -7,6 +7,7 @@ import os
 import time
 
 from workbench.engine import build, placement
+from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
 
 
@@ -31,6 +32,7 @@ def _state(strategy, job):
         opt = build.optimizer(job)
         opt.build(build.trainable(model))
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    build.check_fit(model, job)
     ckpt = tf.train.Checkpoint(model=model, optimizer=opt, step=step)
     return model, opt, step, ckpt
 
@@ -47,7 +49,7 @@ def _restore(job, ckpt, ctx):
     return int(ckpt.step.numpy())
 
 
-def _evaluate(model, job, ctx, pub, step):
+def _evaluate(model, job, ctx, pub, board, step):
     data = job.data
     if callable(data) or not len(getattr(data, "x_test", ())):
         return None
@@ -61,11 +63,14 @@ def _evaluate(model, job, ctx, pub, step):
         correct += int(np.sum(np.argmax(np.asarray(pred), axis=-1) == y))
     result = {"step": step, "test_accuracy": correct / len(data.x_test), "test_loss": loss_sum / len(data.x_test)}
     pub.event("eval", **result)
+    board.scalars(step, test_accuracy=result["test_accuracy"], test_loss=result["test_loss"])
     return result
 
 
-def _step_fn(job, model, opt, step, loss_fn, strategy):
+def _step_fn(job, model, opt, step, loss_fn):
     import tensorflow as tf
+
+    classify = job.loss == "sparse_categorical_crossentropy"
 
     def step_fn(x, y):
         with tf.GradientTape() as tape:
@@ -77,7 +82,10 @@ def _step_fn(job, model, opt, step, loss_fn, strategy):
         grads = tape.gradient(loss, variables)
         opt.apply_gradients(zip(grads, variables))
         step.assign_add(1)
-        return loss
+        if not classify:
+            return loss, tf.constant(0.0)
+        hits = tf.equal(tf.argmax(pred, axis=-1, output_type=tf.int64), tf.cast(tf.reshape(y, [-1]), tf.int64))
+        return loss, tf.reduce_sum(tf.cast(hits, tf.float32))
 
     return step_fn
 
@@ -91,20 +99,14 @@ def train_synchronous(strategy, job, ctx):
     manager = tf.train.CheckpointManager(ckpt, _checkpoint_dir(job, ctx), max_to_keep=3)
     pub.event("placement", tasks=[dict(ctx["task_row"], devices=placement.devices(ctx["task"]))],
               variables=placement.variables(model, ctx["task"]))
+    board = Board(job.run_dir, ctx["is_chief"])
     replicas = strategy.num_replicas_in_sync
     workers = max(job.workers, 1)
     dist = strategy.distribute_datasets_from_function(build.dataset_fn(job, start_step=start))
     iterator = iter(dist)
-    step_fn = _step_fn(job, model, opt, step, build.loss(job), strategy)
+    step_fn = _step_fn(job, model, opt, step, build.loss(job))
 
-    @tf.function
-    def run_steps(iterator, n):
-        losses = tf.TensorArray(tf.float32, size=n)
-        for i in tf.range(n):
-            x, y = next(iterator)
-            per_replica = strategy.run(step_fn, args=(x, y))
-            losses = losses.write(i, strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
-        return losses.stack()
+    run_steps = tf.function(_steps_fn(strategy, step_fn))
 
     @tf.function
     def agree(flag):  # every worker must take the same stop decision, or the others hang
@@ -117,26 +119,45 @@ def train_synchronous(strategy, job, ctx):
         n = min(job.steps_per_execution, job.steps - done,
                 _until_next(done, job.checkpoint_every, job.eval_every, job.stop_check_every))
         t0 = time.perf_counter()
-        losses = run_steps(iterator, tf.constant(n)).numpy()
+        losses, hits = run_steps(iterator, tf.constant(n)).numpy()
         dt = time.perf_counter() - t0
         for j, loss in enumerate(losses):
-            pub.add(step=done + j + 1, worker=ctx["name"], loss=float(loss), step_time=dt / n,
+            pub.add(step=done + j + 1, worker=ctx["name"], loss=float(loss),
+                    accuracy=float(hits[j]) / job.global_batch_size, step_time=dt / n,
                     examples_per_s=examples_per_worker * n / dt, replicas=replicas)
         done += n
+        board.scalars(done, loss=float(losses[-1]), examples_per_s=examples_per_worker * workers * n / dt)
         pub.flush()
         if job.checkpoint_every and done % job.checkpoint_every == 0 and done < job.steps:
             manager.save(checkpoint_number=done)
             pub.event("checkpoint", step=done)
         if job.eval_every and done % job.eval_every == 0 and done < job.steps and ctx["is_chief"]:
-            _evaluate(model, job, ctx, pub, done)
+            _evaluate(model, job, ctx, pub, board, done)
         if done % job.stop_check_every == 0 or done >= job.steps:
             if int(agree(int(_stop_requested(job)))):
                 stopped = True
                 break
     manager.save(checkpoint_number=done)
     pub.event("checkpoint", step=done)
-    result = _finish(model, job, ctx, pub, done, stopped)
+    result = _finish(model, job, ctx, pub, board, done, stopped)
     return result
+
+
+def _steps_fn(strategy, step_fn):
+    """``n`` training steps in one call: per-step summed loss and correct predictions."""
+    import tensorflow as tf
+
+    def run_steps(iterator, n):
+        losses = tf.TensorArray(tf.float32, size=n)
+        hits = tf.TensorArray(tf.float32, size=n)
+        for i in tf.range(n):
+            x, y = next(iterator)
+            loss, hit = strategy.run(step_fn, args=(x, y))
+            losses = losses.write(i, strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None))
+            hits = hits.write(i, strategy.reduce(tf.distribute.ReduceOp.SUM, hit, axis=None))
+        return tf.stack([losses.stack(), hits.stack()])
+
+    return run_steps
 
 
 def _until_next(done, *intervals):
@@ -144,10 +165,11 @@ def _until_next(done, *intervals):
     return min([i - done % i for i in intervals if i] or [1 << 30])
 
 
-def _finish(model, job, ctx, pub, done, stopped):
+def _finish(model, job, ctx, pub, board, done, stopped):
     import numpy as np
 
-    evaluation = _evaluate(model, job, ctx, pub, done) if ctx["is_chief"] else None
+    evaluation = _evaluate(model, job, ctx, pub, board, done) if ctx["is_chief"] else None
+    board.close()
     weights = None
     if ctx["is_chief"]:
         weights = [np.asarray(v) for v in (model.get_weights() if build.keras_model(model)
@@ -170,21 +192,19 @@ def train_parameter_server(job, ctx):
     pub.event("placement", tasks=[dict(ctx["task_row"], devices=placement.devices(ctx["task"]))],
               variables=placement.variables(model, ctx["task"]))
 
+    board = Board(job.run_dir, True)
     worker_index = tf.distribute.coordinator.experimental_get_current_worker_index
     fn = build.dataset_fn(job, start_step=0, worker_index=worker_index, num_workers=job.workers)
     per_worker = coordinator.create_per_worker_dataset(
         tf.function(lambda: strategy.distribute_datasets_from_function(fn)))
     iterator = iter(per_worker)
-    step_fn = _step_fn(job, model, opt, step, build.loss(job), strategy)
+    step_fn = _step_fn(job, model, opt, step, build.loss(job))
+
+    steps_fn = tf.function(_steps_fn(strategy, step_fn))
 
     @tf.function
     def run_steps(iterator, n):
-        losses = tf.TensorArray(tf.float32, size=n)
-        for i in tf.range(n):
-            x, y = next(iterator)
-            per_replica = strategy.run(step_fn, args=(x, y))
-            losses = losses.write(i, strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
-        return worker_index(), losses.stack()
+        return worker_index(), steps_fn(iterator, n)
 
     inflight, done, scheduled, stopped = [], start, start, False
     last_seen = {}
@@ -194,14 +214,16 @@ def train_parameter_server(job, ctx):
     def collect_one():
         nonlocal done
         remote, n = inflight.pop(0)
-        worker, losses = remote.fetch()
+        worker, (losses, hits) = remote.fetch()
         now = time.perf_counter()
         since = now - last_seen.get(int(worker), t_start)
         last_seen[int(worker)] = now
         for j, loss in enumerate(losses):
             pub.add(step=done + j + 1, worker=f"worker:{int(worker)}", loss=float(loss),
-                    step_time=since / n, examples_per_s=job.global_batch_size * n / since, replicas=1)
+                    accuracy=float(hits[j]) / job.global_batch_size, step_time=since / n,
+                    examples_per_s=job.global_batch_size * n / since, replicas=1)
         done += n
+        board.scalars(done, loss=float(losses[-1]))
         pub.flush()
 
     while scheduled < job.steps and not stopped:
@@ -220,14 +242,14 @@ def train_parameter_server(job, ctx):
                 manager.save(checkpoint_number=done)
                 pub.event("checkpoint", step=done)
             if job.eval_every and done % job.eval_every == 0:
-                _evaluate(model, job, ctx, pub, done)
+                _evaluate(model, job, ctx, pub, board, done)
         stopped = _stop_requested(job)
     coordinator.join()
     while inflight:
         collect_one()
     manager.save(checkpoint_number=done)
     pub.event("checkpoint", step=done, model_steps=int(step.numpy()))
-    return _finish(model, job, ctx, pub, done, stopped)
+    return _finish(model, job, ctx, pub, board, done, stopped)
 
 
 def _partitioner(job):

@@ -85,12 +85,13 @@ class Run:
 
     @property
     def history(self):
-        """One row per (worker, step): loss, examples/s, step time, seconds since start."""
+        """One row per (worker, step): loss, batch accuracy, examples/s, step time, seconds
+        since the run started. Grows while the run trains."""
         import pandas as pd
 
         with self._lock:
             rows = sorted(self._rows.values(), key=lambda r: (r["step"], r["worker"]))
-        cols = ["step", "worker", "loss", "examples_per_s", "step_time", "time", "elapsed"]
+        cols = ["step", "worker", "loss", "accuracy", "examples_per_s", "step_time", "time", "elapsed"]
         if not rows:
             return pd.DataFrame(columns=cols)
         df = pd.DataFrame(rows)
