@@ -22,6 +22,6 @@ def cluster():
     yield c
     pids = [c.engine_info[e].pid for e in c.engine_info]
     c.stop()
-    from workbench.kernel.cluster import _alive
+    from workbench.kernel.processes import alive as _alive
 
     assert not [p for p in pids if _alive(p)], "engines left running after stop()"

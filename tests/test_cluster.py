@@ -8,7 +8,7 @@ import pytest
 from traitlets.config import Config
 
 import workbench as wb
-from workbench.kernel.cluster import _alive, _family
+from workbench.kernel.processes import alive as _alive, family as _family
 
 pytestmark = pytest.mark.cluster
 

@@ -61,7 +61,7 @@ def test_bad_training_arguments_are_refused_in_the_kernel(change, argument, expe
 
 def test_the_good_arguments_pass():
     job = make_job(4, **GOOD)
-    assert job.steps_per_execution == 1 and job.workers == 2
+    assert job.steps_per_execution == 10 and job.workers == 2
 
 
 BAD_CLUSTER = [

@@ -81,13 +81,17 @@ run.wait()
 print(f"steps: {run.final_step}, test accuracy: {run.evaluation['test_accuracy']:.3f}")
 """),
         md("""
-`run.history` grows while the run trains: one row per worker and step. The run is
-seeded and synchronous, so both workers see the same loss at every step, and the same
-numbers come back every time this notebook runs.
+`run.history` grows while the run trains: one row per worker and step, with the loss and
+accuracy of that worker's own half of the global batch. Their mean is the loss of the
+whole batch, the number every replica's update was computed from. The run is seeded and
+synchronous, so the same numbers come back every time this notebook runs.
 """),
         code("""
 h = run.history
-h[["step", "worker", "loss"]].round(4).tail(4)
+h[["step", "worker", "loss", "accuracy"]].round(4).tail(4)
+"""),
+        code("""
+h.groupby("step").loss.mean().round(4).tail(2)  # the global batch's loss
 """),
         md("""
 `run.placement` says where every variable lives: under MultiWorkerMirroredStrategy each

@@ -4,16 +4,24 @@ import os
 
 
 class Board:
-    def __init__(self, run_dir, enabled):
+    """Scalars at most every ``interval`` seconds (eager summary writes cost time on the
+    chief, which a synchronous run waits for); ``force=True`` for evaluations."""
+
+    def __init__(self, run_dir, enabled, interval=1.0):
         self._writer = None
+        self._interval = interval
+        self._last = float("-inf")
         if enabled:
             import tensorflow as tf
 
             self._writer = tf.summary.create_file_writer(os.path.join(run_dir, "tensorboard"))
 
-    def scalars(self, step, **values):
-        if self._writer is None:
+    def scalars(self, step, force=False, **values):
+        import time
+
+        if self._writer is None or (not force and time.monotonic() - self._last < self._interval):
             return
+        self._last = time.monotonic()
         import tensorflow as tf
 
         with self._writer.as_default():

@@ -63,7 +63,7 @@ def _evaluate(model, job, ctx, pub, board, step):
         correct += int(np.sum(np.argmax(np.asarray(pred), axis=-1) == y))
     result = {"step": step, "test_accuracy": correct / len(data.x_test), "test_loss": loss_sum / len(data.x_test)}
     pub.event("eval", **result)
-    board.scalars(step, test_accuracy=result["test_accuracy"], test_loss=result["test_loss"])
+    board.scalars(step, force=True, test_accuracy=result["test_accuracy"], test_loss=result["test_loss"])
     return result
 
 
@@ -101,7 +101,7 @@ def train_synchronous(strategy, job, ctx):
               variables=placement.variables(model, ctx["task"]))
     board = Board(job.run_dir, ctx["is_chief"])
     replicas = strategy.num_replicas_in_sync
-    workers = max(job.workers, 1)
+    workers = job.workers if job.strategy == "multi_worker_mirrored" else 1
     dist = strategy.distribute_datasets_from_function(build.dataset_fn(job, start_step=start))
     iterator = iter(dist)
     step_fn = _step_fn(job, model, opt, step, build.loss(job))
@@ -122,11 +122,12 @@ def train_synchronous(strategy, job, ctx):
         losses, hits = run_steps(iterator, tf.constant(n)).numpy()
         dt = time.perf_counter() - t0
         for j, loss in enumerate(losses):
-            pub.add(step=done + j + 1, worker=ctx["name"], loss=float(loss),
-                    accuracy=float(hits[j]) / job.global_batch_size, step_time=dt / n,
+            # this worker's shard: its mean loss and accuracy over its examples of the step
+            pub.add(step=done + j + 1, worker=ctx["name"], loss=float(loss) * workers,
+                    accuracy=float(hits[j]) / examples_per_worker, step_time=dt / n,
                     examples_per_s=examples_per_worker * n / dt, replicas=replicas)
         done += n
-        board.scalars(done, loss=float(losses[-1]), examples_per_s=examples_per_worker * workers * n / dt)
+        board.scalars(done, loss=float(losses[-1]) * workers, examples_per_s=examples_per_worker * workers * n / dt)
         pub.flush()
         if job.checkpoint_every and done % job.checkpoint_every == 0 and done < job.steps:
             manager.save(checkpoint_number=done)
@@ -144,8 +145,13 @@ def train_synchronous(strategy, job, ctx):
 
 
 def _steps_fn(strategy, step_fn):
-    """``n`` training steps in one call: per-step summed loss and correct predictions."""
+    """``n`` training steps in one call, returning per step this worker's own summed loss and
+    correct predictions. No collective beyond the gradients' all-reduce: metrics cost no
+    extra cross-worker round trip (the global loss is the sum over workers)."""
     import tensorflow as tf
+
+    def local_sum(value):
+        return tf.add_n(strategy.experimental_local_results(value))
 
     def run_steps(iterator, n):
         losses = tf.TensorArray(tf.float32, size=n)
@@ -153,8 +159,8 @@ def _steps_fn(strategy, step_fn):
         for i in tf.range(n):
             x, y = next(iterator)
             loss, hit = strategy.run(step_fn, args=(x, y))
-            losses = losses.write(i, strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None))
-            hits = hits.write(i, strategy.reduce(tf.distribute.ReduceOp.SUM, hit, axis=None))
+            losses = losses.write(i, local_sum(loss))
+            hits = hits.write(i, local_sum(hit))
         return tf.stack([losses.stack(), hits.stack()])
 
     return run_steps

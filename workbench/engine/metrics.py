@@ -20,7 +20,7 @@ class Publisher:
         self.window = window
         self._last = 0.0
         os.makedirs(os.path.join(run_dir, "metrics"), exist_ok=True)
-        self._file = open(os.path.join(run_dir, "metrics", f"{name}.jsonl"), "a", buffering=1)
+        self._file = open(os.path.join(run_dir, "metrics", f"{name}.jsonl"), "a")
         try:
             from ipyparallel.datapub import publish_data
             from ipykernel.kernelbase import Kernel
@@ -43,10 +43,12 @@ class Publisher:
 
     def flush(self, force=False):
         now = time.monotonic()
-        if self._publish is None or (not force and now - self._last < self.interval):
+        if not force and now - self._last < self.interval:
             return
         self._last = now
-        self._publish({"rows": self.rows[-self.window:], "events": self.events[-64:], "n": len(self.rows)})
+        self._file.flush()
+        if self._publish is not None:
+            self._publish({"rows": self.rows[-self.window:], "events": self.events[-64:], "n": len(self.rows)})
 
     def close(self):
         self.flush(force=True)

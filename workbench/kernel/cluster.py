@@ -2,19 +2,15 @@
 or an existing profile; engines that report what they are; TF state tracked per engine."""
 
 import atexit
-import os
-import signal
-import time
 import weakref
 from pathlib import Path
-
-import cloudpickle
 
 from workbench.common import roles
 from workbench.common import validate
 from workbench.engine import inventory
 from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, invalid
 from workbench.kernel import home
+from workbench.kernel.processes import alive, family, reap, wait_until
 
 _LIVE = weakref.WeakSet()
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -157,13 +153,13 @@ class Cluster:
             return
         for engine_set in self._ipp.engines.values():
             self._pids.update(getattr(l, "pid", None) for l in getattr(engine_set, "launchers", {}).values())
-        family = _family(self._pids - {None})  # engines' nannies, the controller's schedulers
+        processes = family(self._pids - {None})  # with engines' nannies, controller's schedulers
         try:
             self._ipp.stop_cluster_sync()
         except Exception:
             pass
         self._ipp = None
-        _reap(family, deadline=10)
+        reap(processes, deadline=10)
         self._pids.clear()
 
     def __enter__(self):
@@ -308,7 +304,7 @@ class Cluster:
         remote = [o.id for o in old.values() if o.address not in _LOOPBACK and o.id in self.client.ids]
         if remote:
             self.client.shutdown(targets=remote, block=False)
-        _reap(_family({o.pid for o in local}), deadline=0)  # SIGKILL: engines we started
+        reap(family({o.pid for o in local}), deadline=0)  # SIGKILL: engines we started
         keep = set(self._info)
         engine_set = self._ipp.start_engines_sync(n=len(engine_ids))
         for launcher in getattr(self._ipp.engines[engine_set], "launchers", {}).values():
@@ -317,7 +313,7 @@ class Cluster:
         def fresh():
             return sorted(set(self.client.ids) - keep - set(engine_ids) - self._retired)
 
-        _wait_until(lambda: len(fresh()) >= len(engine_ids), self.timeout,
+        wait_until(lambda: len(fresh()) >= len(engine_ids), self.timeout,
                     lambda: f"{len(engine_ids)} new engines; registered: {self.client.ids}")
         new = fresh()[: len(engine_ids)]
         self._retired.update(engine_ids)
@@ -371,41 +367,13 @@ class Cluster:
             raise ClusterError(f"Run {busy[0].id} is still running on this cluster: "
                                "call its wait() or stop() before starting another.")
 
-    def _launch(self, job, resume=False, steps=None, stall_timeout=60.0, start_timeout=180.0):
-        from dataclasses import replace
-
-        from workbench.engine import entry, strategies
-        from workbench.kernel.run import Run
+    def _launch(self, job, **kwargs):
+        from workbench.kernel.launch import launch
 
         self._require_running()
         self._require_idle()
         self._heal()
-        adapter = strategies.get(job.strategy)
-        topology = (job.strategy, job.workers, job.ps, job.devices)
-        tasks = roles.best_plan(list(self._info.values()), self._state, self._last_engines.get(topology),
-                                adapter.ROLES, job.workers, job.ps, adapter.MULTI_ENGINE, devices=job.devices)
-        tasks = self.prepare(tasks)
-        self._last_engines[topology] = [t.engine_id for t in tasks]
-        if resume:
-            job = replace(job, resume=True, steps=steps or job.steps,
-                          run_id=job.run_id.split("~")[0] + f"~{int(time.time())}")
-        job = replace(job, tasks=tasks)
-        Path(job.run_dir).mkdir(parents=True, exist_ok=True)
-        (Path(job.run_dir) / "STOP").unlink(missing_ok=True)
-        self.mark(tasks)
-        # cloudpickle ships functions defined in a notebook (__main__) by value
-        payload = cloudpickle.dumps(job)
-        results = {}
-        servers = [t for t in tasks if job.strategy == "parameter_server" and t.role != "chief"]
-        for t in servers:  # PS and worker servers first: the coordinator connects to them
-            results[f"{t.role}:{t.index}"] = self.client[t.engine_id].apply_async(entry.run_task, payload, t)
-        for name, ar in list(results.items()):
-            ar.get(timeout=start_timeout)
-        for t in tasks:
-            if t not in servers:
-                results[f"{t.role}:{t.index}"] = self.client[t.engine_id].apply_async(entry.run_task, payload, t)
-        ordered = {f"{t.role}:{t.index}": results[f"{t.role}:{t.index}"] for t in tasks}
-        run = Run(self, job, tasks, ordered, stall_timeout=stall_timeout, start_timeout=start_timeout)
+        run = launch(self, job, **kwargs)
         self.runs.append(run)
         return run
 
@@ -416,7 +384,7 @@ class Cluster:
             if e in self._state:
                 self._state[e] = ("dirty",)
         pids = {self._info[e].pid for e in kill if e in self._info and self._info[e].address in _LOOPBACK}
-        _reap(pids, deadline=0)
+        reap(pids, deadline=0)
 
     def _after_run(self, run):
         self._heal()
@@ -427,7 +395,7 @@ class Cluster:
             return
         bad = [e for e, info in self._info.items()
                if self._state.get(e) == ("dirty",) or e not in self.client.ids
-               or (info.address in _LOOPBACK and self._ipp is not None and not _alive(info.pid))]
+               or (info.address in _LOOPBACK and self._ipp is not None and not alive(info.pid))]
         if bad:
             self.recycle(bad)
 
@@ -455,52 +423,3 @@ def _profile_path(profile):
     from IPython.paths import get_ipython_dir
 
     return Path(get_ipython_dir()) / f"profile_{profile}"
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child counts as gone
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _family(pids):
-    """``pids`` and all their descendants."""
-    import psutil
-
-    out = set(pids)
-    for pid in pids:
-        try:
-            out.update(c.pid for c in psutil.Process(pid).children(recursive=True))
-        except psutil.Error:
-            pass
-    return out
-
-
-def _reap(pids, deadline):
-    """Wait for ``pids`` (processes this object started) to exit; SIGKILL any left."""
-    pids = {p for p in pids if p}
-    end = time.monotonic() + deadline
-    while time.monotonic() < end and any(_alive(p) for p in pids):
-        time.sleep(0.05)
-    for p in pids:
-        if _alive(p):
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def _wait_until(cond, timeout, what):
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise ClusterError(f"Timed out after {timeout:.0f} s waiting for {what()}")
-        time.sleep(0.05)

@@ -53,9 +53,10 @@ def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum
             raise invalid("global_batch_size", global_batch_size,
                           f"at most the {len(data.x_train)} training examples of data {data.name!r} "
                           f"split over {shards} shard(s): each shard has {per_shard} examples, one batch needs {per_batch}")
-    default_spe = 10 if strategy == "parameter_server" else 1
     if steps_per_execution is None:
-        steps_per_execution = default_spe
+        # several steps per tf.function call (per scheduled function under PS): the Python
+        # round trip per call costs as much as a small model's step; metrics stay per step
+        steps_per_execution = 10
     steps_per_execution = validate.positive_int("steps_per_execution", steps_per_execution)
     checkpoint_every = validate.positive_int("checkpoint_every", checkpoint_every, minimum=0)
     eval_every = validate.positive_int("eval_every", eval_every, minimum=0)

@@ -1,0 +1,51 @@
+"""Launch a run: plan tasks, make their engines ready, ship the job, start each task."""
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import cloudpickle
+
+from workbench.common import roles
+from workbench.engine import entry, strategies
+from workbench.errors import EngineError
+from workbench.kernel.run import Run
+
+
+def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_timeout=180.0):
+    """Start ``job`` on ``cluster``'s engines and return its ``Run`` (``resume``: continue
+    from the run directory's last checkpoint, up to ``steps``)."""
+    adapter = strategies.get(job.strategy)
+    topology = (job.strategy, job.workers, job.ps, job.devices)
+    tasks = roles.best_plan(list(cluster._info.values()), cluster._state, cluster._last_engines.get(topology),
+                            adapter.ROLES, job.workers, job.ps, adapter.MULTI_ENGINE, devices=job.devices)
+    tasks = cluster.prepare(tasks)
+    cluster._last_engines[topology] = [t.engine_id for t in tasks]
+    if resume:
+        job = replace(job, resume=True, steps=steps or job.steps,
+                      run_id=job.run_id.split("~")[0] + f"~{int(time.time())}")
+    job = replace(job, tasks=tasks)
+    Path(job.run_dir).mkdir(parents=True, exist_ok=True)
+    (Path(job.run_dir) / "STOP").unlink(missing_ok=True)
+    cluster.mark(tasks)
+    # cloudpickle ships functions defined in a notebook (__main__) by value
+    payload = cloudpickle.dumps(job)
+    results = {}
+    servers = [t for t in tasks if job.strategy == "parameter_server" and t.role != "chief"]
+    for t in servers:  # PS and worker servers first: the coordinator connects to them
+        results[f"{t.role}:{t.index}"] = cluster.client[t.engine_id].apply_async(entry.run_task, payload, t)
+    for name, ar in results.items():
+        try:
+            ar.get(timeout=start_timeout)
+        except Exception as e:
+            t = next(t for t in servers if f"{t.role}:{t.index}" == name)
+            cluster._condemn([s.engine_id for s in servers])
+            raise EngineError(f"{name} (engine {t.engine_id}) could not start its TF server: {e}",
+                              role=t.role, task=t.index, engine_id=t.engine_id,
+                              remote_traceback=getattr(e, "traceback", "") or "") from None
+    for t in tasks:
+        if t not in servers:
+            results[f"{t.role}:{t.index}"] = cluster.client[t.engine_id].apply_async(entry.run_task, payload, t)
+    ordered = {f"{t.role}:{t.index}": results[f"{t.role}:{t.index}"] for t in tasks}
+    return Run(cluster, job, tasks, ordered, stall_timeout=stall_timeout, start_timeout=start_timeout)
+

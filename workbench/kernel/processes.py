@@ -1,0 +1,56 @@
+"""Processes this kernel started: liveness, descendants, reaping. Local PIDs only."""
+
+import os
+import signal
+import time
+
+from workbench.errors import ClusterError
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def family(pids):
+    """``pids`` and all their descendants."""
+    import psutil
+
+    out = set(pids)
+    for pid in pids:
+        try:
+            out.update(c.pid for c in psutil.Process(pid).children(recursive=True))
+        except psutil.Error:
+            pass
+    return out
+
+
+def reap(pids, deadline):
+    """Wait for ``pids`` (processes this object started) to exit; SIGKILL any left."""
+    pids = {p for p in pids if p}
+    end = time.monotonic() + deadline
+    while time.monotonic() < end and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    for p in pids:
+        if alive(p):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def wait_until(cond, timeout, what):
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise ClusterError(f"Timed out after {timeout:.0f} s waiting for {what()}")
+        time.sleep(0.05)
