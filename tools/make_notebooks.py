@@ -77,6 +77,14 @@ run = cluster.train(
     strategy="multi_worker_mirrored", workers=2,
     global_batch_size=128, steps=300, learning_rate=0.1, seed=0,
 )
+""", volatile=True),
+        md("""
+The cell above returned at once and shows the live dashboard: loss per worker and the
+smoothed global loss (against step or wall time), throughput per worker, where every
+task and variable lives, and a Stop button. The kernel stays free meanwhile.
+`run.wait()` blocks until the run is done (and raises the engines' error, if any).
+"""),
+        code("""
 run.wait()
 print(f"steps: {run.final_step}, test accuracy: {run.evaluation['test_accuracy']:.3f}")
 """),
@@ -111,12 +119,31 @@ restarts the engines whose TensorFlow state the new topology cannot reuse.
 ps_run = cluster.train(
     model=wb.models.mlp(hidden=(64, 32)), data=digits,
     strategy="parameter_server", workers=1, ps=1,
-    global_batch_size=128, steps=300, learning_rate=0.1,
-).wait()
+    global_batch_size=128, steps=3000, learning_rate=0.05, eval_every=500,
+)
+""", volatile=True),
+        md("""
+Asynchronous training has no global step that all workers share: each step is one
+worker's update, applied to the variables on the PS task as soon as it arrives. The
+dashboard's placement view shows the PS task holding every variable. Press **Stop** to end
+the run early: the coordinator stops scheduling steps, and a checkpoint is saved. (While a
+cell waits in `run.wait()` the kernel is busy and cannot handle the button: interrupt the
+kernel instead, which stops the run the same way.)
+"""),
+        code("""
+ps_run.wait()
 print("test accuracy >= 0.90:", ps_run.evaluation["test_accuracy"] >= 0.90)
 p = ps_run.placement
 p[p.variable.notna()][["role", "task", "variable", "bytes"]]
 """),
+        md("""
+**Compare the two runs.** `wb.compare` overlays their loss against step and against wall
+time, and tabulates their throughput: the view for choosing a strategy. (On two CPU
+cores neither distributed run beats one process; the walkthroughs measure why.)
+"""),
+        code("""
+wb.compare(run, ps_run, labels=["all-reduce, 2 workers", "parameter server, 1 worker"])
+""", volatile=True),
         md("""
 **4. Stop the cluster.** This ends the controller and every engine (and with them the
 TensorFlow servers). A cluster also stops when the kernel exits.

@@ -14,11 +14,13 @@ from workbench.errors import (
     WorkbenchError,
 )
 from workbench.kernel.cluster import Cluster
+from workbench.kernel.compare import compare
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Cluster",
+    "compare",
     "datasets",
     "models",
     "WorkbenchError",

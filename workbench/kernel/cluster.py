@@ -337,14 +337,15 @@ class Cluster:
               learning_rate=0.1, momentum=0.0, strategy="multi_worker_mirrored", workers=2, ps=0,
               global_batch_size=256, steps=300, seed=0, steps_per_execution=None,
               checkpoint_every=100, eval_every=0, variable_partitioner=None, devices=0,
-              stall_timeout=60.0, start_timeout=180.0):
+              stall_timeout=60.0, start_timeout=180.0, dashboard=None):
         """Start a training run on the engines and return its ``Run`` at once.
 
         ``strategy``: "multi_worker_mirrored" (sync all-reduce over ``workers`` engines),
         "parameter_server" (async; 1 chief + ``ps`` + ``workers`` engines), "mirrored"
         (one engine, all its devices; ``devices=N`` splits the CPU into N logical ones)
         or "single" (one engine, one device). Every argument is checked here, before any
-        engine is touched.
+        engine is touched. ``dashboard``: show the live dashboard (default: when running
+        in a notebook kernel).
         """
         from workbench.kernel.train import make_job
 
@@ -359,7 +360,10 @@ class Cluster:
         )
         stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
         start_timeout = validate.positive_float("start_timeout", start_timeout)
-        return self._launch(job, stall_timeout=stall_timeout, start_timeout=start_timeout)
+        run = self._launch(job, stall_timeout=stall_timeout, start_timeout=start_timeout)
+        if dashboard or (dashboard is None and _in_notebook()):
+            run.dashboard().show()
+        return run
 
     def _require_idle(self):
         busy = [r for r in self.runs if not r.done]
@@ -398,6 +402,15 @@ class Cluster:
                or (info.address in _LOOPBACK and self._ipp is not None and not alive(info.pid))]
         if bad:
             self.recycle(bad)
+
+
+def _in_notebook():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def _retarget(task, mapping):

@@ -44,7 +44,7 @@ class Run:
         self._started = time.time()
         self._finished = None
         self._done = threading.Event()
-        self._listeners = []
+        self._dashboard = None
         self._thread = threading.Thread(target=self._watch, name=f"workbench-run-{job.run_id}", daemon=True)
         self._thread.start()
 
@@ -65,12 +65,37 @@ class Run:
 
     def wait(self, timeout=None):
         """Block until the run ends; raise the engines' error (with role and traceback) if any."""
-        if not self._done.wait(timeout):
+        if not self._block(timeout):
             raise TimeoutError(f"Run {self.id} still running after {timeout} s (step {self.step}/{self.job.steps})")
         self.cluster._after_run(self)
         if self._error is not None:
             raise self._error
         return self
+
+    def dashboard(self, interval=0.25, baseline=None):
+        """The live dashboard widget (shown by default when a run starts in a notebook).
+
+        ``baseline``: a finished single-worker ``Run`` (or its examples/s) to show scaling
+        efficiency = total throughput / (workers x baseline)."""
+        from workbench.kernel.dashboard import Dashboard
+
+        if self._dashboard is None or baseline is not None:
+            self._dashboard = Dashboard(self, interval=interval, baseline=baseline)
+        return self._dashboard
+
+    def _block(self, timeout):
+        """Wait for the end of the run. Interrupting the kernel (Ctrl-C, or the notebook's
+        stop button) while waiting stops the run cleanly, keeping a checkpoint, then lets
+        the interrupt through: a kernel busy in a cell cannot handle widget clicks, so the
+        dashboard's Stop button works while the kernel is free, and an interrupt while not."""
+        try:
+            return self._done.wait(timeout)
+        except KeyboardInterrupt:
+            print(f"Interrupted: stopping run {self.id} at its next agreed step...", flush=True)
+            (self.run_dir / "STOP").touch()
+            self._done.wait(60)
+            print(f"Run {self.id} stopped at step {self.final_step}; its last checkpoint is in {self.run_dir}.")
+            raise
 
     def stop(self, timeout=60):
         """Ask every task to stop at its next agreed step, save a checkpoint, and wait."""

@@ -1,0 +1,97 @@
+"""``wb.compare(run_a, run_b, ...)``: loss against step and against wall time for several
+runs on one chart each, and their throughput in one table: the view for choosing a
+strategy."""
+
+import html
+
+from workbench.kernel import render
+from workbench.kernel.dashboard import MIME_WIDGET
+
+
+def summary(run, label):
+    h = run.history
+    row = {"run": label, "strategy": run.job.strategy, "workers": run.job.workers, "ps": run.job.ps,
+           "global batch": run.job.global_batch_size, "steps": run.final_step}
+    if len(h):
+        glob = h.groupby("step").agg(loss=("loss", "mean"), elapsed=("elapsed", "max"))
+        steady = glob.iloc[len(glob) // 5:]
+        span = steady.elapsed.iloc[-1] - steady.elapsed.iloc[0] if len(steady) > 1 else 0
+        steps_per_s = (steady.index[-1] - steady.index[0]) / span if span > 0 else float("nan")
+        row.update({"final loss": float(glob.loss.iloc[-10:].mean()), "steps/s": steps_per_s,
+                    "examples/s": steps_per_s * run.job.global_batch_size,
+                    "wall time (s)": float(glob.elapsed.iloc[-1])})
+    if run.evaluation:
+        row["test accuracy"] = run.evaluation["test_accuracy"]
+    return row
+
+
+class Comparison:
+    def __init__(self, runs, labels=None):
+        import pandas as pd
+
+        self.runs = list(runs)
+        self.labels = list(labels) if labels else [f"{r.job.strategy} w{r.job.workers}" +
+                                                    (f" ps{r.job.ps}" if r.job.ps else "") for r in self.runs]
+        if len(self.labels) != len(self.runs):
+            from workbench.errors import invalid
+
+            raise invalid("labels", labels, f"one label per run ({len(self.runs)})")
+        self.table = pd.DataFrame([summary(r, l) for r, l in zip(self.runs, self.labels)]).set_index("run")
+        self._widget = None
+
+    def _curves(self, x):
+        out = []
+        for run, label in zip(self.runs, self.labels):
+            h = run.history
+            if not len(h):
+                continue
+            glob = h.groupby("step").agg(loss=("loss", "mean"), elapsed=("elapsed", "max"))
+            xs = glob.index.values if x == "step" else glob.elapsed.values
+            out.append((label, xs, render.ema(glob.loss.values, 0.6)))
+        return out
+
+    @property
+    def widget(self):
+        if self._widget is None:
+            import bqplot as bq
+            import ipywidgets as W
+
+            figs = []
+            for x, xlabel in (("step", "step"), ("time", "wall time (s)")):
+                xs, ys = bq.LinearScale(), bq.LinearScale()
+                marks = []
+                for i, (label, cx, cy) in enumerate(self._curves(x)):
+                    idx = render.thin(len(cx))
+                    marks.append(bq.Lines(x=cx[idx].astype(float), y=cy[idx], scales={"x": xs, "y": ys},
+                                          colors=[render.COLORS[i % len(render.COLORS)]], labels=[label],
+                                          display_legend=True))
+                figs.append(bq.Figure(marks=marks, axes=[bq.Axis(scale=xs, label=xlabel),
+                                                         bq.Axis(scale=ys, side="left", label="loss")],
+                                      title=f"Loss against {xlabel}", legend_location="top-right",
+                                      layout=W.Layout(width="480px", height="300px")))
+            self._widget = W.VBox([W.HBox(figs), W.HTML(self.table.round(4).to_html())])
+            self._widget.add_class("wb-compare")
+        return self._widget
+
+    def static_html(self):
+        charts = "".join(render.line_chart(self._curves(x), f"Loss against {label}", label, "loss (smoothed)")
+                         for x, label in (("step", "step"), ("time", "wall time (s)")))
+        return (f'<div style="font:12px sans-serif"><div style="display:flex;gap:8px">{charts}</div>'
+                f"{self.table.round(4).to_html()}</div>")
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {MIME_WIDGET: {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id},
+                "text/html": self.static_html(),
+                "text/plain": html.unescape(self.table.round(4).to_string())}
+
+
+def compare(*runs, labels=None):
+    """Overlay the loss of ``runs`` against step and against wall time, and tabulate their
+    throughput (steps/s, examples/s), final loss and test accuracy. ``.table`` is the
+    DataFrame; in a notebook the result shows as charts."""
+    from workbench.errors import invalid
+    from workbench.kernel.run import Run
+
+    if not runs or not all(isinstance(r, Run) for r in runs):
+        raise invalid("runs", [type(r).__name__ for r in runs], "one or more workbench Run objects")
+    return Comparison(runs, labels)

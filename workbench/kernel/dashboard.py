@@ -1,0 +1,266 @@
+"""The live training dashboard: ipywidgets + bqplot, fed only by a run's metrics stream.
+
+A thread in the kernel redraws it every ``interval`` seconds (4 Hz by default): marks are
+updated together under ``hold_sync`` with downsampled arrays, so a long run sends a few
+kilobytes per update and the kernel stays free for other cells. When the run ends, the
+cell's output keeps a static HTML rendering beside the widget, for saved notebooks.
+"""
+
+import html
+import threading
+import time
+
+import numpy as np
+
+from workbench.kernel import render
+
+MIME_WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+class Dashboard:
+    def __init__(self, run, interval=0.25, smoothing=0.9, baseline=None):
+        import bqplot as bq
+        import ipywidgets as W
+
+        self.run = run
+        self.interval = interval
+        self.smoothing = smoothing
+        self.baseline = baseline  # examples/s of one worker alone (a number or a finished Run)
+        self.workers = [f"{t.role}:{t.index}" for t in run.tasks if t.role in ("worker", "local")]
+        self.updates = 0
+        self._display_id = None
+        self._stopping = False
+        self._placement_rows = 0
+        self._newest = 0.0
+        self.latencies = []  # seconds from the newest step's end on an engine to this update
+
+        # -- loss ---------------------------------------------------------------------
+        self.x_scale, self.loss_scale = bq.LinearScale(), bq.LinearScale()
+        self.acc_scale = bq.LinearScale(min=0.0, max=1.0)
+        colors = render.COLORS
+        self.loss_lines = {
+            w: bq.Lines(x=[], y=[], scales={"x": self.x_scale, "y": self.loss_scale},
+                        colors=[colors[i % len(colors)]], labels=[w], display_legend=True, stroke_width=1,
+                        opacities=[0.6])
+            for i, w in enumerate(self.workers)
+        }
+        self.global_line = bq.Lines(x=[], y=[], scales={"x": self.x_scale, "y": self.loss_scale},
+                                    colors=["black"], labels=["global (smoothed)"], display_legend=True,
+                                    stroke_width=2.5)
+        self.acc_points = bq.Scatter(x=[], y=[], scales={"x": self.x_scale, "y": self.acc_scale},
+                                     colors=["#d62728"], default_size=40, labels=["test accuracy"],
+                                     display_legend=True)
+        self.x_axis = bq.Axis(scale=self.x_scale, label="step")
+        self.loss_fig = bq.Figure(
+            marks=[*self.loss_lines.values(), self.global_line, self.acc_points],
+            axes=[self.x_axis, bq.Axis(scale=self.loss_scale, side="left", label="loss"),
+                  bq.Axis(scale=self.acc_scale, side="right", label="test accuracy")],
+            title="Loss", legend_location="top-right",
+            layout=W.Layout(width="520px", height="320px"), fig_margin=dict(top=40, bottom=40, left=55, right=55),
+        )
+        self.loss_fig.add_class("wb-loss")
+        self.x_choice = W.ToggleButtons(options=["step", "wall time (s)"], value="step",
+                                        style={"button_width": "110px"})
+        self.x_choice.observe(lambda _: self._redraw(), "value")
+        self.smooth = W.FloatSlider(value=smoothing, min=0.0, max=0.99, step=0.01, description="smoothing")
+        self.smooth.observe(lambda _: self._redraw(), "value")
+
+        # -- throughput ----------------------------------------------------------------
+        self.tx, self.ty = bq.LinearScale(), bq.LinearScale(min=0.0)
+        self.thr_lines = {
+            w: bq.Lines(x=[], y=[], scales={"x": self.tx, "y": self.ty}, colors=[colors[i % len(colors)]],
+                        labels=[w], display_legend=True)
+            for i, w in enumerate(self.workers)
+        }
+        self.thr_fig = bq.Figure(
+            marks=list(self.thr_lines.values()),
+            axes=[bq.Axis(scale=self.tx, label="step"),
+                  bq.Axis(scale=self.ty, side="left", label="examples/s")],
+            title="Throughput per worker", layout=W.Layout(width="520px", height="320px"),
+            fig_margin=dict(top=40, bottom=40, left=65, right=20),
+        )
+        self.thr_fig.add_class("wb-throughput")
+        self.thr_text = W.HTML()
+
+        # -- placement, status, controls -----------------------------------------------
+        self.placement = W.HTML("<i>waiting for the tasks to report…</i>")
+        self.placement.add_class("wb-placement")
+        self.progress = W.IntProgress(value=0, min=0, max=run.job.steps, description="steps")
+        self.status = W.HTML()
+        self.status.add_class("wb-status")
+        self.engines = W.HTML()
+        self.error = W.HTML()
+        self.error.add_class("wb-error")
+        self.stop_button = W.Button(description="Stop", button_style="danger", icon="stop",
+                                    tooltip="stop every task at the next agreed step, keeping a checkpoint")
+        self.stop_button.add_class("wb-stop")
+        self.stop_button.on_click(lambda _: self._stop())
+
+        header = W.HTML(f"<b>workbench run {html.escape(run.id)}</b> · {html.escape(run.job.strategy)} · "
+                        f"workers={run.job.workers} ps={run.job.ps} · global batch {run.job.global_batch_size}")
+        loss_box = W.VBox([W.HBox([self.x_choice, self.smooth]), self.loss_fig])
+        thr_box = W.VBox([self.thr_text, self.thr_fig])
+        self.widget = W.VBox([
+            header,
+            W.HBox([self.progress, self.status, self.stop_button]),
+            W.HBox([loss_box, thr_box], layout=W.Layout(flex_flow="row wrap")),
+            W.HTML("<b>Device placement</b>"), self.placement,
+            self.engines, self.error,
+        ])
+        self.widget.add_class("wb-dashboard")
+        self._redraw()
+        self._thread = threading.Thread(target=self._loop, name=f"workbench-dashboard-{run.id}", daemon=True)
+        self._thread.start()
+
+    # -- display -----------------------------------------------------------------------
+    def _bundle(self):
+        status = self._status_text()
+        return {
+            MIME_WIDGET: {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id},
+            "text/html": render.snapshot_html(self.run, status),
+            "text/plain": f"<workbench dashboard: run {self.run.id}, {status}>",
+        }
+
+    def show(self):
+        from IPython.display import display
+
+        handle = display(self._bundle(), raw=True, display_id=True)
+        self._display_id = handle.display_id if handle is not None else None
+        return self
+
+    def _ipython_display_(self):
+        self.show()
+
+    # -- updating ------------------------------------------------------------------------
+    def _loop(self):
+        while not self.run.done:
+            time.sleep(self.interval)
+            self._redraw()
+        self.run._done.wait()
+        self._redraw()
+        if self._display_id is not None:
+            from IPython.display import update_display
+
+            update_display(self._bundle(), raw=True, display_id=self._display_id)
+
+    def _redraw(self):
+        run = self.run
+        h = run.history
+        if len(h) and h.time.max() > self._newest:  # metrics latency: engine step end -> widget
+            self._newest = float(h.time.max())
+            self.latencies.append(time.time() - self._newest)
+        x_is_time = self.x_choice.value != "step"
+        self.x_axis.label = "wall time (s)" if x_is_time else "step"
+        with self.loss_fig.hold_sync(), self.thr_fig.hold_sync():
+            for w, line in self.loss_lines.items():
+                g = h[h.worker == w]
+                idx = render.thin(len(g))
+                x = (g.elapsed if x_is_time else g.step).values[idx]
+                with line.hold_sync():
+                    line.x, line.y = x.astype(float), g.loss.values[idx].astype(float)
+                tl = self.thr_lines[w]
+                with tl.hold_sync():
+                    tl.x, tl.y = g.step.values[idx].astype(float), g.examples_per_s.values[idx].astype(float)
+            if len(h):
+                glob = h.groupby("step").agg(loss=("loss", "mean"), elapsed=("elapsed", "max"))
+                idx = render.thin(len(glob))
+                smooth = render.ema(glob.loss.values, self.smooth.value)[idx]
+                gx = (glob.elapsed.values if x_is_time else glob.index.values)[idx]
+                with self.global_line.hold_sync():
+                    self.global_line.x, self.global_line.y = gx.astype(float), smooth
+            ev = run.evaluations
+            if len(ev):
+                with self.acc_points.hold_sync():
+                    if x_is_time:
+                        step_time = h.groupby("step").elapsed.max()
+                        ex = step_time.reindex(ev.step).values
+                    else:
+                        ex = ev.step.values
+                    self.acc_points.x, self.acc_points.y = ex.astype(float), ev.test_accuracy.values.astype(float)
+        self.thr_text.value = self._throughput_text(h)
+        self.progress.value = min(run.step, run.job.steps)
+        self.status.value = f"<span class='wb-state'>{html.escape(self._status_text())}</span>"
+        placement = run.placement
+        tasks, variables = render.placement_tables(placement)
+        if tasks and len(placement) != self._placement_rows:  # tasks report one by one
+            self._placement_rows = len(placement)
+            per = render.bytes_per_task(variables)
+            table = placement.astype(object).fillna("").to_html(index=False, max_rows=60)
+            self.placement.value = (render.placement_svg(tasks, variables) +
+                                    "<div>bytes of variables per task: " +
+                                    ", ".join(f"{html.escape(k)} {v:,}" for k, v in per.items()) +
+                                    f"</div><details><summary>table</summary>{table}</details>")
+        self.engines.value = self._engines_text()
+        if run._error is not None and not self.error.value:
+            self.error.value = (f"<b style='color:#b00'>Last error</b><pre style='white-space:pre-wrap'>"
+                                f"{html.escape(str(run._error))}</pre>")
+        if run.done:
+            self.stop_button.disabled = True
+        self.updates += 1
+
+    def _throughput_text(self, h):
+        if not len(h):
+            return "<i>no steps yet</i>"
+        recent = h[h.time >= h.time.max() - 5.0]
+        per_worker = recent.groupby("worker").examples_per_s.median()
+        total = float(per_worker.sum())
+        steps = recent.drop_duplicates("step")
+        span = steps.time.max() - steps.time.min()
+        steps_per_s = (steps.step.max() - steps.step.min()) / span if span > 0 else float("nan")
+        parts = [f"<b>{total:,.0f}</b> examples/s in total",
+                 f"{steps_per_s:,.1f} steps/s", f"step time {recent.step_time.median() * 1000:.2f} ms"]
+        base = self._baseline()
+        if base:
+            parts.append(f"scaling efficiency {total / (len(per_worker) * base):.2f} "
+                         f"(vs {len(per_worker)} × {base:,.0f} examples/s of one worker)")
+        return "<span class='wb-throughput-text'>" + " · ".join(parts) + "</span>"
+
+    def _baseline(self):
+        b = self.baseline
+        if b is None:
+            return None
+        if hasattr(b, "history"):
+            h = b.history
+            return float(h.examples_per_s.median()) if len(h) else None
+        return float(b)
+
+    def _status_text(self):
+        run = self.run
+        if run._error is not None:
+            state = f"failed: {type(run._error).__name__}"
+        elif run.done:
+            state = "stopped" if run.stopped else "finished"
+        elif self._stopping:
+            state = "stopping"
+        else:
+            state = "running"
+        text = f"{state} · step {run.step}/{run.job.steps}"
+        h = run.history
+        if not run.done and len(h) > 1:
+            rate = (h.step.max()) / max(h.elapsed.max(), 1e-9)
+            if rate > 0:
+                text += f" · ETA {max(run.job.steps - run.step, 0) / rate:,.0f} s"
+        if run.evaluation:
+            text += f" · test accuracy {run.evaluation['test_accuracy']:.3f}"
+        return text
+
+    def _engines_text(self):
+        run = self.run
+        client = run.cluster.client
+        ids = set(client.ids) if client is not None else set()
+        cells = []
+        for t, (name, ar) in zip(run.tasks, run._results.items()):
+            alive = t.engine_id in ids
+            state = "running" if not ar.ready() else ("failed" if name not in run._outcome else "done")
+            color = "#2a2" if alive and state != "failed" else "#b00"
+            cells.append(f"<span style='color:{color}'>● {html.escape(name)} (engine {t.engine_id}: "
+                         f"{'alive' if alive else 'lost'}, {state})</span>")
+        return "<div class='wb-engines'>" + " &nbsp; ".join(cells) + "</div>"
+
+    def _stop(self):
+        if self.run.done:
+            return
+        self._stopping = True
+        self.stop_button.disabled = True
+        self.status.value = "<span class='wb-state'>stopping…</span>"
+        (self.run.run_dir / "STOP").touch()

@@ -1,0 +1,162 @@
+"""Static renderings of a run (SVG and HTML), for saved notebooks and the placement picture.
+
+Pure functions of a run's metrics stream (history, evaluations, placement, status): the
+same code draws the live dashboard's placement view and the snapshot left in a cell's
+output when the run ends, which GitHub and nbviewer show without a kernel.
+"""
+
+import html
+
+import numpy as np
+
+COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+ROLE_COLORS = {"chief": "#fde0c5", "ps": "#d4e6f9", "worker": "#d9f2d0", "local": "#eeeeee"}
+
+
+def ema(values, smoothing):
+    """Exponential moving average, as TensorBoard smooths (0: none, 0.99: very smooth)."""
+    out = np.empty(len(values))
+    acc = None
+    for i, v in enumerate(values):
+        acc = v if acc is None else smoothing * acc + (1 - smoothing) * v
+        out[i] = acc
+    return out
+
+
+def thin(n, most=1000):
+    """Indices that keep at most ``most`` of ``n`` points, always keeping the last."""
+    if n <= most:
+        return np.arange(n)
+    idx = np.linspace(0, n - 1, most).astype(int)
+    return np.unique(idx)
+
+
+def line_chart(series, title, xlabel, ylabel, width=440, height=220, points=()):
+    """An SVG line chart. ``series``: [(label, xs, ys)]; ``points``: [(label, xs, ys)] drawn as dots
+    on a 0-1 right-hand axis (accuracy)."""
+    pad_l, pad_r, pad_t, pad_b = 48, 44 if points else 12, 24, 32
+    xs_all = np.concatenate([np.asarray(s[1], float) for s in series if len(s[1])] or [np.zeros(1)])
+    ys_all = np.concatenate([np.asarray(s[2], float) for s in series if len(s[2])] or [np.zeros(1)])
+    ys_all = ys_all[np.isfinite(ys_all)] if np.isfinite(ys_all).any() else np.zeros(1)
+    x0, x1 = float(xs_all.min()), float(xs_all.max()) or 1.0
+    y0, y1 = float(min(ys_all.min(), 0)), float(ys_all.max()) or 1.0
+    if x1 == x0:
+        x1 = x0 + 1
+    w, h = width - pad_l - pad_r, height - pad_t - pad_b
+
+    def px(x):
+        return pad_l + (x - x0) / (x1 - x0) * w
+
+    def py(y, lo=y0, hi=y1):
+        return pad_t + h - (y - lo) / ((hi - lo) or 1) * h
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'style="font:11px sans-serif;background:#fff">',
+           f'<text x="{pad_l}" y="14" font-weight="bold">{html.escape(title)}</text>',
+           f'<rect x="{pad_l}" y="{pad_t}" width="{w}" height="{h}" fill="none" stroke="#ccc"/>',
+           f'<text x="{pad_l + w / 2}" y="{height - 4}" text-anchor="middle">{html.escape(xlabel)}</text>',
+           f'<text x="{pad_l - 4}" y="{pad_t + 8}" text-anchor="end">{y1:.3g}</text>',
+           f'<text x="{pad_l - 4}" y="{pad_t + h}" text-anchor="end">{y0:.3g}</text>',
+           f'<text x="{pad_l}" y="{pad_t + h + 12}">{x0:.4g}</text>',
+           f'<text x="{pad_l + w}" y="{pad_t + h + 12}" text-anchor="end">{x1:.4g}</text>',
+           f'<text x="10" y="{pad_t + h / 2}" transform="rotate(-90 10 {pad_t + h / 2})" text-anchor="middle">'
+           f'{html.escape(ylabel)}</text>']
+    legend_y = pad_t + 12
+    for i, (label, xs, ys) in enumerate(series):
+        idx = thin(len(xs), 400)
+        pts = " ".join(f"{px(float(xs[j])):.1f},{py(float(ys[j])):.1f}" for j in idx if np.isfinite(ys[j]))
+        color = COLORS[i % len(COLORS)]
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{pts}"/>')
+        out.append(f'<text x="{pad_l + w - 4}" y="{legend_y}" text-anchor="end" fill="{color}">{html.escape(label)}</text>')
+        legend_y += 13
+    for label, xs, ys in points:
+        for x, y in zip(xs, ys):
+            out.append(f'<circle cx="{px(float(x)):.1f}" cy="{py(float(y), 0, 1):.1f}" r="3.5" fill="#000"/>')
+        if len(xs):
+            out.append(f'<text x="{width - 4}" y="{pad_t + 8}" text-anchor="end">1.0</text>'
+                       f'<text x="{width - 4}" y="{pad_t + h}" text-anchor="end">0</text>'
+                       f'<text x="{pad_l + w - 4}" y="{legend_y}" text-anchor="end">● {html.escape(label)}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def placement_svg(tasks, variables, width=640):
+    """Hosts as boxes holding their engines; each engine shows its role, devices, and for PS
+    tasks the bytes of the variables they hold."""
+    by_host = {}
+    for t in tasks:
+        by_host.setdefault(t.get("host") or "?", []).append(t)
+    held = {}
+    for v in variables:
+        held.setdefault((v["role"], v["task"]), []).append(v)
+    box_w, box_h, gap = 150, 74, 10
+    rows = []
+    y = 8
+    for host, ts in by_host.items():
+        per_row = max(1, (width - 24) // (box_w + gap))
+        lines = (len(ts) + per_row - 1) // per_row
+        host_h = 26 + lines * (box_h + gap)
+        rows.append(f'<rect x="4" y="{y}" width="{width - 8}" height="{host_h}" rx="6" fill="#fafafa" stroke="#999"/>'
+                    f'<text x="12" y="{y + 16}" font-weight="bold">host {html.escape(str(host))}</text>')
+        for i, t in enumerate(sorted(ts, key=lambda t: (t.get("role") != "chief", t.get("role"), t.get("task")))):
+            bx = 12 + (i % per_row) * (box_w + gap)
+            by = y + 24 + (i // per_row) * (box_h + gap)
+            role, task = t.get("role"), t.get("task")
+            mine = held.get((role, task), [])
+            devices = t.get("device") or ""
+            short = ", ".join(d.split("device:")[-1] for d in devices.split(", ") if d) or "-"
+            rows.append(f'<rect x="{bx}" y="{by}" width="{box_w}" height="{box_h}" rx="4" '
+                        f'fill="{ROLE_COLORS.get(role, "#eee")}" stroke="#666"/>'
+                        f'<text x="{bx + 6}" y="{by + 15}" font-weight="bold">{html.escape(f"{role}:{task}")}</text>'
+                        f'<text x="{bx + 6}" y="{by + 30}">engine {t.get("engine")} · pid {t.get("pid")}</text>'
+                        f'<text x="{bx + 6}" y="{by + 45}">devices: {html.escape(short)}</text>')
+            if mine:
+                total = sum(int(v["bytes"]) for v in mine)
+                rows.append(f'<text x="{bx + 6}" y="{by + 60}">{len(mine)} variables, {total:,} bytes</text>')
+        y += host_h + 8
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{y}" '
+            f'style="font:11px sans-serif">{"".join(rows)}</svg>')
+
+
+def placement_tables(placement):
+    """(tasks rows, variables rows) as lists of dicts from ``Run.placement``."""
+    if placement is None or not len(placement):
+        return [], []
+    p = placement.astype(object).where(placement.notna(), None)
+    tasks = p[p.variable.isna()].to_dict("records")
+    variables = p[p.variable.notna()].to_dict("records")
+    return tasks, variables
+
+
+def bytes_per_task(variables):
+    out = {}
+    for v in variables:
+        key = f"{v['role']}:{v['task']}"
+        out[key] = out.get(key, 0) + int(v["bytes"])
+    return out
+
+
+def snapshot_html(run, status):
+    """The whole dashboard as static HTML: status, loss, throughput, placement."""
+    h = run.history
+    parts = [f'<div style="font:12px sans-serif"><b>workbench run {html.escape(run.id)}</b> · '
+             f'{html.escape(status)}<div style="display:flex;flex-wrap:wrap;gap:8px">']
+    if len(h):
+        series = [(w, g.step.values, g.loss.values) for w, g in h.groupby("worker")]
+        glob = h.groupby("step").loss.mean()
+        series.append(("global (smoothed)", glob.index.values, ema(glob.values, 0.9)))
+        ev = run.evaluations
+        parts.append(line_chart(series, "Loss", "step", "loss",
+                                points=[("test accuracy", ev.step.values, ev.test_accuracy.values)] if len(ev) else ()))
+        thr = [(w, g.step.values, g.examples_per_s.values) for w, g in h.groupby("worker")]
+        parts.append(line_chart(thr, "Throughput per worker", "step", "examples/s"))
+    parts.append("</div>")
+    tasks, variables = placement_tables(run.placement)
+    if tasks:
+        parts.append(placement_svg(tasks, variables))
+        per = bytes_per_task(variables)
+        if per:
+            parts.append("<div>bytes of variables per task: " +
+                         ", ".join(f"{html.escape(k)} {v:,}" for k, v in per.items()) + "</div>")
+    parts.append("</div>")
+    return "".join(parts)
