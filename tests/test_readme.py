@@ -1,0 +1,55 @@
+"""The README's two commands: the first installs and opens JupyterLab on the quickstart,
+the second is exactly what .ci/run runs."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def quickstart_commands():
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.+?)\n```", section)
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    first, second = quickstart_commands()[:2]
+    assert "pytest" in second and "jupyter lab" in first
+    lines = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert lines[-1] == second
+
+
+def test_the_readmes_first_command_installs_and_serves_the_quickstart(tmp_path):
+    first = quickstart_commands()[0]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, JUPYTER_PORT=str(port), BROWSER="true", JUPYTER_CONFIG_DIR=str(tmp_path / "cfg"),
+               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    log = tmp_path / "lab.log"
+    proc = subprocess.Popen(first, shell=True, cwd=ROOT, env=env, stdout=open(log, "wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        end = time.monotonic() + 300
+        while True:
+            match = re.search(rf"http://(?:localhost|127\.0\.0\.1):{port}/lab\?token=(\w+)", log.read_text())
+            if match:
+                break
+            assert proc.poll() is None, f"the command exited: {log.read_text()[-3000:]}"
+            assert time.monotonic() < end, f"JupyterLab did not start: {log.read_text()[-3000:]}"
+            time.sleep(0.2)
+        # JupyterLab serves the notebook's folder and opens the notebook in it
+        url = f"http://localhost:{port}/api/contents/00_quickstart.ipynb?token={match.group(1)}&content=0"
+        with urllib.request.urlopen(url, timeout=30) as r:
+            assert r.status == 200 and json.loads(r.read())["type"] == "notebook"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the command's own process group: pip and jupyter
+        proc.wait(60)
