@@ -107,3 +107,23 @@ def test_a_cluster_stops_when_the_interpreter_exits(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     pids = [int(p) for p in out.stdout.split()]
     _wait_gone(pids)
+
+
+def test_a_killed_kernel_leaves_nothing_running(tmp_path):
+    """SIGKILL of the process that owns a local cluster: atexit never runs, so the
+    cluster's reaper ends the controller, the engines and their children within 60 s."""
+    import signal
+    import subprocess
+
+    code = ("import os, sys, workbench as wb; c = wb.Cluster(engines=2).start(); "
+            "print(*c.engines.pid, c._ipp.controller.pid, c._reaper.pid, flush=True); sys.stdin.readline(); "
+            "os.kill(os.getpid(), 9)")
+    owner = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=dict(os.environ, WORKBENCH_HOME=str(tmp_path)))
+    pids = [int(p) for p in owner.stdout.readline().split()]
+    assert len(pids) == 4, pids
+    processes = _family(pids)  # with the engines' nannies and the controller's schedulers
+    owner.stdin.write("\n")
+    owner.stdin.flush()
+    assert owner.wait(30) == -signal.SIGKILL
+    _wait_gone(processes, timeout=60)

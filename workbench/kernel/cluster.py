@@ -63,6 +63,8 @@ class Cluster:
         self._state = {}  # engine id -> TF state fingerprint (None: no TF state yet)
         self._pids = set()  # local pids this object started
         self._retired = set()  # engine ids replaced by recycling
+        self._pidfile = None  # the reaper's list of this cluster's PIDs
+        self._reaper = None
         self._last_engines = {}  # (strategy, workers, ps, devices) -> engine ids of its last run
         self.runs = []
 
@@ -131,6 +133,32 @@ class Cluster:
                 ) from e
             raise ClusterError(f"The cluster failed to start: {e}\n{logs}") from e
         self._pids.add(self._ipp.controller.pid)
+        self._start_reaper()
+
+    def _start_reaper(self):
+        """A watchdog that ends this cluster's processes if this kernel dies without
+        stopping it (see ``workbench.kernel.reaper``)."""
+        import os
+        import subprocess
+        import sys
+
+        self._pidfile = home.home() / "clusters" / f"{self._ipp.cluster_id}.pids"
+        self._pidfile.parent.mkdir(parents=True, exist_ok=True)
+        self._write_pidfile()
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-m", "workbench.kernel.reaper", str(os.getpid()), str(self._pidfile)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C in the kernel's terminal must not reach it
+        )
+
+    def _write_pidfile(self):
+        if self._ipp is None or self._pidfile is None:
+            return
+        for engine_set in self._ipp.engines.values():
+            self._pids.update(getattr(l, "pid", None) for l in getattr(engine_set, "launchers", {}).values())
+        tmp = self._pidfile.with_suffix(".tmp")
+        tmp.write_text(" ".join(str(p) for p in sorted(self._pids - {None})))
+        tmp.replace(self._pidfile)
 
     def stop(self):
         """Stop the controller and engines this object started (by PID, waiting until they
@@ -161,6 +189,16 @@ class Cluster:
         self._ipp = None
         reap(processes, deadline=10)
         self._pids.clear()
+        if self._pidfile is not None:
+            self._pidfile.unlink(missing_ok=True)  # the reaper exits when its list is gone
+            self._pidfile = None
+        if self._reaper is not None:
+            try:
+                self._reaper.wait(5)
+            except Exception:
+                self._reaper.kill()
+                self._reaper.wait(5)
+            self._reaper = None
 
     def __enter__(self):
         return self.start()
@@ -309,6 +347,7 @@ class Cluster:
         engine_set = self._ipp.start_engines_sync(n=len(engine_ids))
         for launcher in getattr(self._ipp.engines[engine_set], "launchers", {}).values():
             self._pids.add(getattr(launcher, "pid", None))
+        self._write_pidfile()
 
         def fresh():
             return sorted(set(self.client.ids) - keep - set(engine_ids) - self._retired)

@@ -10,7 +10,6 @@ import html
 import threading
 import time
 
-import numpy as np
 
 from workbench.kernel import render
 
