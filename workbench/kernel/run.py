@@ -147,8 +147,14 @@ class Run:
                 role, task = _job_task(v["device"])
                 rows.append({"role": role, "task": task, "device": v["device"], "variable": v["variable"],
                              "shape": v["shape"], "bytes": v["bytes"]})
-        return pd.DataFrame(rows, columns=cols).astype(
-            {"task": "Int64", "engine": "Int64", "pid": "Int64", "bytes": "Int64"})
+        rank = {"chief": 0, "ps": 1, "worker": 2, "local": 3}
+        df = pd.DataFrame(rows, columns=cols)
+        # tasks report in any order: sort so the table reads the same every time
+        df["_kind"] = df.variable.notna()
+        df["_rank"] = df.role.map(rank).fillna(9)
+        df["_seq"] = range(len(df))
+        df = df.sort_values(["_kind", "_rank", "task", "_seq"], kind="stable").drop(columns=["_kind", "_rank", "_seq"])
+        return df.reset_index(drop=True).astype({"task": "Int64", "engine": "Int64", "pid": "Int64", "bytes": "Int64"})
 
     @property
     def final_step(self):
