@@ -1,7 +1,5 @@
 """Build what a run trains, on the engine: model, optimizer, loss, input pipeline."""
 
-import inspect
-
 
 def keras_model(model):
     import keras
@@ -110,10 +108,3 @@ def dataset_fn(job, start_step=0, worker_index=None, num_workers=1):
         return ds.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
     return fn
-
-
-def takes_input_context(fn):
-    try:
-        return len(inspect.signature(fn).parameters) >= 1
-    except (TypeError, ValueError):
-        return True

@@ -364,9 +364,12 @@ class Cluster:
         for o in old.values():
             by_host.setdefault(o.host, []).append(o.id)
         mapping, leftovers = {}, []
-        for n in new:
+        for n in new:  # a new engine replaces an old one on its own host where it can
             queue = by_host.get(self._info[n].host)
-            (mapping.__setitem__(queue.pop(0), n) if queue else leftovers.append(n))
+            if queue:
+                mapping[queue.pop(0)] = n
+            else:
+                leftovers.append(n)
         for o in sorted(sum(by_host.values(), [])):
             mapping[o] = leftovers.pop(0)
         return mapping

@@ -13,18 +13,10 @@ import sys
 import time
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def main(owner, pidfile):
-    while _alive(owner):
+    from workbench.kernel.processes import alive, family, reap
+
+    while alive(owner):
         if not os.path.exists(pidfile):
             return 0
         time.sleep(0.5)
@@ -33,8 +25,6 @@ def main(owner, pidfile):
             pids = {int(p) for p in f.read().split()}
     except OSError:
         return 0
-    from workbench.kernel.processes import family, reap
-
     processes = family(pids)
     for pid in processes:
         try:
