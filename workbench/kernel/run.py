@@ -36,6 +36,9 @@ class Run:
         self.start_timeout = start_timeout
         self._results = results  # {task name: AsyncResult}
         self._rows = {}  # (worker, step) -> row
+        self._version = 0  # how many distinct rows have arrived
+        self._max_step = 0
+        self._history = (-1, None)  # (version, DataFrame) cache of ``history``
         self._events = []
         self._seen_events = set()
         self._outcome = {}  # task name -> result dict
@@ -60,8 +63,7 @@ class Run:
     @property
     def step(self):
         """The highest step any worker has reported."""
-        with self._lock:
-            return max((s for _, s in self._rows), default=0)
+        return self._max_step
 
     def wait(self, timeout=None):
         """Block until the run ends; raise the engines' error (with role and traceback) if any."""
@@ -115,13 +117,18 @@ class Run:
         import pandas as pd
 
         with self._lock:
+            version = self._version
+            if self._history[0] == version:  # built once per new row, not once per call
+                return self._history[1].copy()
             rows = sorted(self._rows.values(), key=lambda r: (r["step"], r["worker"]))
         cols = ["step", "worker", "loss", "accuracy", "examples_per_s", "step_time", "time", "elapsed"]
         if not rows:
             return pd.DataFrame(columns=cols)
         df = pd.DataFrame(rows)
         df["elapsed"] = df["time"] - self._started
-        return df[cols].reset_index(drop=True)
+        df = df[cols].reset_index(drop=True)
+        self._history = (version, df)
+        return df.copy()
 
     @property
     def evaluations(self):
@@ -196,7 +203,11 @@ class Run:
             return
         with self._lock:
             for row in data.get("rows", ()):
-                self._rows[(row["worker"], row["step"])] = row
+                key = (row["worker"], row["step"])
+                if key not in self._rows:
+                    self._version += 1
+                    self._max_step = max(self._max_step, row["step"])
+                self._rows[key] = row
             for ev in data.get("events", ()):
                 key = (ev["kind"], ev.get("step"), ev["time"])
                 if key not in self._seen_events:
