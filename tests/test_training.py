@@ -43,6 +43,7 @@ TOPOLOGIES = {
     "mirrored": dict(strategy="mirrored", workers=1, ps=0),
     "multi_worker_mirrored": dict(strategy="multi_worker_mirrored", workers=2, ps=0),
     "parameter_server": dict(strategy="parameter_server", workers=2, ps=1),
+    "parameter_averaging": dict(strategy="parameter_averaging", workers=2, ps=0),
 }
 
 
@@ -98,6 +99,66 @@ def test_two_worker_mwms_equals_single_on_the_same_global_batches(cluster):
     # each worker reports its own shard's mean loss; their mean is the global batch's loss
     global_loss = mwms.history.groupby("step").loss.mean().values
     np.testing.assert_allclose(global_loss, single.history.loss.values, rtol=1e-5)
+
+
+MLP64 = wb.models.mlp((64, 32), dtype="float64")
+
+
+def test_parameter_averaging_every_step_with_sgd_is_one_machine_on_the_combined_batch(cluster):
+    """Deeplearning4j's claim, in float64: averaging after every minibatch, plain SGD, equal
+    shards of m examples on n workers = one machine on minibatches of n*m, same learning
+    rate. Per-worker momentum keeps it too (momentum is linear in the gradients); Adam, or
+    averaging less often, does not."""
+    args = dict(global_batch_size=64, steps=40, learning_rate=0.1, seed=5, checkpoint_every=0)
+    single = cluster.train(MLP64, DIGITS, strategy="single", workers=1, **args).wait(timeout=300)
+    every = cluster.train(MLP64, DIGITS, strategy="parameter_averaging", workers=2, average_every=1,
+                          **args).wait(timeout=300)
+    assert relative_difference(every.weights(), single.weights()) < 1e-9
+    assert every.weights()[0].dtype == np.float64
+    # each worker's loss is its own shard's mean; their mean is the combined batch's loss
+    np.testing.assert_allclose(every.history.groupby("step").loss.mean().values, single.history.loss.values,
+                               rtol=1e-6)
+    rarely = cluster.train(MLP64, DIGITS, strategy="parameter_averaging", workers=2, average_every=4,
+                           **args).wait(timeout=300)
+    assert relative_difference(rarely.weights(), single.weights()) > 1e-4
+    adam = dict(args, optimizer="adam", learning_rate=0.01)
+    adam_single = cluster.train(MLP64, DIGITS, strategy="single", workers=1, **adam).wait(timeout=300)
+    adam_every = cluster.train(MLP64, DIGITS, strategy="parameter_averaging", workers=2, average_every=1,
+                               **adam).wait(timeout=300)
+    assert relative_difference(adam_every.weights(), adam_single.weights()) > 1e-3
+
+
+def test_a_warmup_schedule_reaches_the_engines(cluster):
+    """wb.linear_scaling with no warm-up is the scaled constant rate, exactly; with a
+    warm-up the first steps take smaller ones."""
+    args = dict(strategy="single", workers=1, global_batch_size=64, steps=30, seed=2, checkpoint_every=0)
+    constant = cluster.train(MLP64, DIGITS, learning_rate=0.2, **args).wait(timeout=300)
+    scaled = cluster.train(MLP64, DIGITS, learning_rate=wb.linear_scaling(0.05, 16, 64), **args).wait(timeout=300)
+    warm = cluster.train(MLP64, DIGITS, learning_rate=wb.linear_scaling(0.05, 16, 64, warmup_steps=20),
+                         **args).wait(timeout=300)
+    assert relative_difference(scaled.weights(), constant.weights()) < 1e-12
+    assert relative_difference(warm.weights(), constant.weights()) > 1e-3
+
+
+def test_model_parallelism_places_layers_on_two_devices_and_changes_no_number(cluster):
+    args = dict(strategy="single", workers=1, global_batch_size=64, steps=30, seed=4, checkpoint_every=0)
+    split = cluster.train(wb.models.split_mlp((64, 32), devices=2), DIGITS, devices=2, **args).wait(timeout=300)
+    whole = cluster.train(MLP, DIGITS, **args).wait(timeout=300)
+    p = split.placement
+    devices = p[p.variable.notna()].set_index("variable").device
+    assert devices["split_mlp/dense_0/kernel"].endswith("device:CPU:0")
+    assert devices["split_mlp/output/kernel"].endswith("device:CPU:1")
+    assert relative_difference(split.weights(), whole.weights()) < 1e-6
+
+
+def test_parameter_server_steps_report_their_staleness(cluster):
+    run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
+                        steps=200, checkpoint_every=0).wait(timeout=300)
+    stale = run.history.staleness
+    assert len(stale) == 200 and (stale >= 0).all() and (stale == stale.round()).all()
+    # a step is stale by at most the updates the other worker can make meanwhile: its
+    # in-flight functions (2 per worker) of steps_per_execution (10) steps each, plus its own
+    assert stale.max() <= 2 * 2 * 10
 
 
 def test_parameter_server_reaches_90_percent_on_digits(cluster):

@@ -42,7 +42,12 @@ BAD_TRAIN = [
     ({"data": (np.zeros((0, 4)), np.zeros(0))}, "x", "a non-empty array"),
     ({"seed": -1}, "seed", "an int >= 0"),
     ({"steps_per_execution": 0}, "steps_per_execution", "an int >= 1"),
-    ({"devices": 2}, "devices", "logical devices are for 'mirrored'"),
+    ({"devices": 2}, "devices", "logical devices are for 'mirrored' and 'single'"),
+    ({"average_every": 4}, "average_every", "only 'parameter_averaging' averages replicas"),
+    ({"strategy": "parameter_averaging", "average_every": 0}, "average_every", "an int >= 1"),
+    ({"strategy": "parameter_averaging", "workers": 3, "global_batch_size": 64}, "global_batch_size", "multiple of the 3 replicas"),
+    ({"strategy": "parameter_averagin"}, "strategy", "Did you mean 'parameter_averaging'"),
+    ({"learning_rate": "0.1"}, "learning_rate", "or a schedule such as wb.linear_scaling"),
     ({"strategy": "mirrored", "workers": 1, "devices": 3, "global_batch_size": 64}, "global_batch_size", "multiple of the 3 replicas"),
     ({"variable_partitioner": 2}, "variable_partitioner", "only parameter_server shards"),
     ({"strategy": "parameter_server", "ps": 1, "variable_partitioner": "fixed"}, "variable_partitioner", "a number of shards"),
@@ -57,6 +62,16 @@ def test_bad_training_arguments_are_refused_in_the_kernel(change, argument, expe
     message = str(info.value)
     assert message.startswith(f"Invalid value for argument '{argument}'. Received: "), message
     assert expected in message
+
+
+def test_linear_scaling_checks_its_arguments_and_is_accepted_as_a_learning_rate():
+    with pytest.raises(wb.ConfigError, match="argument 'base_batch_size'. Received: base_batch_size=0"):
+        wb.linear_scaling(0.1, base_batch_size=0, global_batch_size=256)
+    with pytest.raises(wb.ConfigError, match="argument 'warmup_steps'. Received: warmup_steps=-1"):
+        wb.linear_scaling(0.1, 32, 256, warmup_steps=-1)
+    schedule = wb.linear_scaling(0.1, base_batch_size=32, global_batch_size=256, warmup_steps=50)
+    assert [schedule(0), schedule(25), schedule(50), schedule(500)] == pytest.approx([0.1, 0.45, 0.8, 0.8])
+    assert make_job(4, **{**GOOD, "learning_rate": schedule}).learning_rate is schedule
 
 
 def test_the_good_arguments_pass():

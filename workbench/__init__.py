@@ -15,12 +15,14 @@ from workbench.errors import (
 )
 from workbench.kernel.cluster import Cluster
 from workbench.kernel.compare import compare
+from workbench.schedules import linear_scaling
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Cluster",
     "compare",
+    "linear_scaling",
     "datasets",
     "models",
     "WorkbenchError",

@@ -12,7 +12,7 @@ def _parser():
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="start a local cluster, train, print a summary, stop")
     t.add_argument("--strategy", default="multi_worker_mirrored",
-                   help="multi_worker_mirrored | parameter_server | mirrored | single")
+                   help="multi_worker_mirrored | parameter_server | parameter_averaging | mirrored | single")
     t.add_argument("--workers", type=int, default=2)
     t.add_argument("--ps", type=int, default=0)
     t.add_argument("--engines", type=int, default=None, help="engines to start (default: what the run needs)")
@@ -24,14 +24,19 @@ def _parser():
     t.add_argument("--hidden", default="64,32", help="hidden layer widths, comma-separated")
     t.add_argument("--steps-per-execution", type=int, default=None)
     t.add_argument("--checkpoint-every", type=int, default=100)
+    t.add_argument("--average-every", type=int, default=None, help="parameter_averaging: steps between averages")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     return p
 
 
 def _engines_needed(args):
-    return {"parameter_server": 1 + args.workers + args.ps, "multi_worker_mirrored": args.workers}.get(args.strategy, 1)
+    from workbench.common import validate
+    from workbench.engine import strategies
 
+    adapter = strategies.get(validate.choice("--strategy", args.strategy, strategies.names()))
+    counts = {"chief": 1, "local": 1, "ps": args.ps, "worker": args.workers}
+    return sum(counts[r] for r in adapter.ROLES)
 
 
 def train(args, out=sys.stdout):
@@ -51,7 +56,7 @@ def train(args, out=sys.stdout):
         strategy=args.strategy, workers=args.workers, ps=args.ps, steps=args.steps,
         global_batch_size=args.global_batch_size, learning_rate=args.learning_rate,
         optimizer=args.optimizer, steps_per_execution=args.steps_per_execution,
-        checkpoint_every=args.checkpoint_every, seed=args.seed,
+        checkpoint_every=args.checkpoint_every, seed=args.seed, average_every=args.average_every,
     )
     model = wb.models.mlp(hidden, classes=data.classes)
     check(model, data, options)  # refuse bad arguments before any engine starts

@@ -40,6 +40,69 @@ def mlp(hidden=(64, 32), classes=10, activation="relu", dtype="float32"):
 
 
 @dataclass(frozen=True)
+class SplitMLP:
+    """The MLP split across devices, layer by layer (model parallelism): its layers are cut
+    into ``devices`` consecutive stages and stage i's variables and computation are placed
+    on the engine's i-th CPU device (``train(strategy="single", devices=N)`` makes them).
+    Every cut sends the activations forward and their gradients back, each step."""
+
+    hidden: tuple = (64, 32)
+    classes: int = 10
+    devices: int = 2
+    activation: str = "relu"
+
+    def stages(self):
+        """The stage (device index) of each layer, hidden layers then the output."""
+        n = len(self.hidden) + 1
+        return tuple(i * self.devices // n for i in range(n))
+
+    def __call__(self):
+        import keras
+        import tensorflow as tf
+
+        widths = tuple(self.hidden) + (self.classes,)
+        acts = [self.activation] * len(self.hidden) + ["softmax"]
+        names = [f"dense_{i}" for i in range(len(self.hidden))] + ["output"]
+        cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+        if len(cpus) < self.devices:
+            raise ValueError(f"Invalid value for argument 'devices'. Received: {len(cpus)} CPU device(s) on the "
+                             f"engine. Expected {self.devices}: train with devices={self.devices}.")
+        placed = [(cpus[s], keras.layers.Dense(w, activation=a, name=n))
+                  for s, w, a, n in zip(self.stages(), widths, acts, names)]
+
+        class Split(keras.Model):
+            def __init__(self):
+                super().__init__(name="split_mlp")
+                self.placed = placed
+                self.dense_layers = [layer for _, layer in placed]
+
+            def build(self, input_shape):
+                shape = tuple(input_shape)
+                for device, layer in self.placed:
+                    with tf.device(device):
+                        layer.build(shape)
+                    shape = shape[:-1] + (layer.units,)
+                self.built = True
+
+            def call(self, x, training=False):
+                for device, layer in self.placed:
+                    with tf.device(device):
+                        x = layer(x)
+                return x
+
+        return Split()
+
+
+def split_mlp(hidden=(64, 32), classes=10, devices=2):
+    """An MLP whose consecutive layers live on ``devices`` different devices (model
+    parallelism). Train it with ``strategy="single", devices=N``."""
+    base = mlp(hidden, classes)
+    if isinstance(devices, bool) or not isinstance(devices, int) or not 1 <= devices <= len(base.hidden) + 1:
+        raise invalid("devices", devices, f"an int from 1 to {len(base.hidden) + 1} (one stage per layer at most)")
+    return SplitMLP(base.hidden, base.classes, devices)
+
+
+@dataclass(frozen=True)
 class ModuleMLP:
     """The MLP as a plain ``tf.Module``: no Keras layers, so ParameterServerStrategy can
     shard its variables with a ``variable_partitioner`` (Keras 3 layers cannot)."""

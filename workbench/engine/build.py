@@ -62,11 +62,12 @@ def optimizer(job):
 
     if callable(job.optimizer):
         return job.optimizer()
+    rate = job.learning_rate.keras() if hasattr(job.learning_rate, "keras") else job.learning_rate
     if job.optimizer == "sgd":
-        return keras.optimizers.SGD(job.learning_rate, momentum=job.momentum)
+        return keras.optimizers.SGD(rate, momentum=job.momentum)
     cls = {"adam": keras.optimizers.Adam, "rmsprop": keras.optimizers.RMSprop,
            "adagrad": keras.optimizers.Adagrad}[job.optimizer]
-    return cls(job.learning_rate)
+    return cls(rate)
 
 
 def loss(job):

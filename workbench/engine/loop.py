@@ -67,25 +67,37 @@ def _evaluate(model, job, ctx, pub, board, step):
     return result
 
 
-def _step_fn(job, model, opt, step, loss_fn):
+def _step_fn(job, model, opt, step, loss_fn, staleness=False):
+    """One training step: ``(loss, correct predictions)``, plus with ``staleness=True`` the
+    number of other updates applied to the shared variables between this step's read of the
+    global step and its own update (asynchronous training: how stale its gradient was)."""
     import tensorflow as tf
 
     classify = job.loss == "sparse_categorical_crossentropy"
 
     def step_fn(x, y):
+        if staleness:
+            before = step.read_value()
         with tf.GradientTape() as tape:
             pred = build.call(model, x)
-            per_example = tf.cast(loss_fn(y, pred), tf.float32)
+            per_example = loss_fn(y, pred)
+            if per_example.dtype not in (tf.float32, tf.float64):  # float64 models keep float64 gradients
+                per_example = tf.cast(per_example, tf.float32)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=job.global_batch_size)
             # Keras scales by replicas when it aggregates: compute_average_loss already does
         variables = build.trainable(model)
         grads = tape.gradient(loss, variables)
         opt.apply_gradients(zip(grads, variables))
-        step.assign_add(1)
+        after = step.assign_add(1, read_value=True)
+        loss = tf.cast(loss, tf.float32)
         if not classify:
-            return loss, tf.constant(0.0)
-        hits = tf.equal(tf.argmax(pred, axis=-1, output_type=tf.int64), tf.cast(tf.reshape(y, [-1]), tf.int64))
-        return loss, tf.reduce_sum(tf.cast(hits, tf.float32))
+            hits = tf.constant(0.0)
+        else:
+            hit = tf.equal(tf.argmax(pred, axis=-1, output_type=tf.int64), tf.cast(tf.reshape(y, [-1]), tf.int64))
+            hits = tf.reduce_sum(tf.cast(hit, tf.float32))
+        if staleness:
+            return loss, hits, tf.cast(after - before - 1, tf.float32)
+        return loss, hits
 
     return step_fn
 
@@ -101,7 +113,7 @@ def train_synchronous(strategy, job, ctx):
               variables=placement.variables(model, ctx["task"]))
     board = Board(job.run_dir, ctx["is_chief"])
     replicas = strategy.num_replicas_in_sync
-    workers = job.workers if job.strategy == "multi_worker_mirrored" else 1
+    workers = job.workers if ctx["task"].tf_config else 1  # MWMS: workers split the global batch
     dist = strategy.distribute_datasets_from_function(build.dataset_fn(job, start_step=start))
     iterator = iter(dist)
     step_fn = _step_fn(job, model, opt, step, build.loss(job))
@@ -144,7 +156,7 @@ def train_synchronous(strategy, job, ctx):
     return result
 
 
-def _steps_fn(strategy, step_fn):
+def _steps_fn(strategy, step_fn, outputs=2):
     """``n`` training steps in one call, returning per step this worker's own summed loss and
     correct predictions. No collective beyond the gradients' all-reduce: metrics cost no
     extra cross-worker round trip (the global loss is the sum over workers)."""
@@ -154,14 +166,12 @@ def _steps_fn(strategy, step_fn):
         return tf.add_n(strategy.experimental_local_results(value))
 
     def run_steps(iterator, n):
-        losses = tf.TensorArray(tf.float32, size=n)
-        hits = tf.TensorArray(tf.float32, size=n)
+        columns = [tf.TensorArray(tf.float32, size=n) for _ in range(outputs)]
         for i in tf.range(n):
             x, y = next(iterator)
-            loss, hit = strategy.run(step_fn, args=(x, y))
-            losses = losses.write(i, local_sum(loss))
-            hits = hits.write(i, local_sum(hit))
-        return tf.stack([losses.stack(), hits.stack()])
+            values = strategy.run(step_fn, args=(x, y))
+            columns = [c.write(i, local_sum(v)) for c, v in zip(columns, values)]
+        return tf.stack([c.stack() for c in columns])
 
     return run_steps
 
@@ -204,9 +214,9 @@ def train_parameter_server(job, ctx):
     per_worker = coordinator.create_per_worker_dataset(
         tf.function(lambda: strategy.distribute_datasets_from_function(fn)))
     iterator = iter(per_worker)
-    step_fn = _step_fn(job, model, opt, step, build.loss(job))
+    step_fn = _step_fn(job, model, opt, step, build.loss(job), staleness=True)
 
-    steps_fn = tf.function(_steps_fn(strategy, step_fn))
+    steps_fn = tf.function(_steps_fn(strategy, step_fn, outputs=3))
 
     @tf.function
     def run_steps(iterator, n):
@@ -220,14 +230,14 @@ def train_parameter_server(job, ctx):
     def collect_one():
         nonlocal done
         remote, n = inflight.pop(0)
-        worker, (losses, hits) = remote.fetch()
+        worker, (losses, hits, stale) = remote.fetch()
         now = time.perf_counter()
         since = now - last_seen.get(int(worker), t_start)
         last_seen[int(worker)] = now
         for j, loss in enumerate(losses):
             pub.add(step=done + j + 1, worker=f"worker:{int(worker)}", loss=float(loss),
                     accuracy=float(hits[j]) / job.global_batch_size, step_time=since / n,
-                    examples_per_s=job.global_batch_size * n / since, replicas=1)
+                    examples_per_s=job.global_batch_size * n / since, replicas=1, staleness=int(stale[j]))
         done += n
         board.scalars(done, loss=float(losses[-1]))
         pub.flush()

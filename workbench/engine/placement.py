@@ -31,6 +31,16 @@ def _device(v):
     return ""
 
 
+def split_cpu(n):
+    """Split this engine's CPU into ``n`` logical devices standing in for GPUs (0: leave it
+    whole). Must run before TensorFlow's runtime starts on the engine."""
+    import tensorflow as tf
+
+    if n:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+
+
 def devices(task):
     """This task's own logical devices (a coordinator also sees every remote one)."""
     import tensorflow as tf

@@ -9,6 +9,7 @@ import uuid
 
 import numpy as np
 
+from workbench import schedules
 from workbench.common import validate
 from workbench.common.job import Job
 from workbench.datasets import Data
@@ -19,7 +20,7 @@ from workbench.kernel import home
 
 def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum, strategy, workers,
              ps, global_batch_size, steps, seed, steps_per_execution, checkpoint_every, eval_every,
-             variable_partitioner, devices, run_dir=None):
+             variable_partitioner, devices, average_every=None, run_dir=None):
     strategy = validate.choice("strategy", strategy, strategies.names())
     adapter = strategies.get(strategy)
     validate.topology(strategy, workers, ps, adapter, available=available)
@@ -29,7 +30,7 @@ def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum
     data = _data(data)
     validate.name_or_callable("loss", loss, validate.LOSSES)
     validate.name_or_callable("optimizer", optimizer, validate.OPTIMIZERS)
-    learning_rate = validate.positive_float("learning_rate", learning_rate)
+    learning_rate = schedules.check("learning_rate", learning_rate)
     momentum = validate.fraction("momentum", momentum)
     if momentum and optimizer != "sgd":
         raise invalid("momentum", momentum, f"0 with optimizer={optimizer!r} (momentum applies to 'sgd')")
@@ -38,17 +39,23 @@ def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum
     if seed is not None:
         validate.positive_int("seed", seed, minimum=0)
     devices = validate.positive_int("devices", devices, minimum=0)
-    if devices and strategy != "mirrored":
-        raise invalid("devices", devices, f"0 with strategy={strategy!r} (logical devices are for 'mirrored')")
-    replicas = workers if strategy == "multi_worker_mirrored" else (devices or 1) if strategy == "mirrored" else 1
+    if devices and strategy not in ("mirrored", "single"):
+        raise invalid("devices", devices, f"0 with strategy={strategy!r} (logical devices are for "
+                      "'mirrored' and 'single')")
+    if average_every is not None and strategy != "parameter_averaging":
+        raise invalid("average_every", average_every,
+                      f"None with strategy={strategy!r} (only 'parameter_averaging' averages replicas)")
+    average_every = validate.positive_int("average_every", 1 if average_every is None else average_every)
+    sync = adapter.SYNC_WORKERS
+    replicas = workers if sync else (devices or 1) if strategy == "mirrored" else 1
     if global_batch_size % replicas:
         raise invalid("global_batch_size", global_batch_size,
                       f"a multiple of the {replicas} replicas of strategy={strategy!r}, so every replica gets "
                       f"the same batch (for example {max(replicas, global_batch_size // replicas * replicas)})")
     if isinstance(data, Data):
-        shards = workers if strategy in ("multi_worker_mirrored", "parameter_server") else 1
+        shards = workers if adapter.MULTI_ENGINE else 1
         per_shard = len(data.x_train) // shards
-        per_batch = global_batch_size // shards if strategy == "multi_worker_mirrored" else global_batch_size
+        per_batch = global_batch_size // shards if sync else global_batch_size
         if per_shard < per_batch:
             raise invalid("global_batch_size", global_batch_size,
                           f"at most the {len(data.x_train)} training examples of data {data.name!r} "
@@ -80,7 +87,7 @@ def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum
         workers=workers, ps=ps, steps_per_execution=steps_per_execution,
         checkpoint_every=checkpoint_every, eval_every=eval_every,
         stop_check_every=max(steps_per_execution, 10), variable_partitioner=variable_partitioner,
-        devices=devices,
+        devices=devices, average_every=average_every,
     )
 
 

@@ -4,6 +4,8 @@ Every adapter module declares, at import time and without importing TensorFlow:
 
 - ``ROLES``: the roles its tasks take, in launch order ("chief", "ps", "worker", "local");
 - ``MULTI_ENGINE``: whether it spans several engines joined by a TF cluster;
+- ``SYNC_WORKERS``: whether its workers move in lockstep over collectives, splitting each
+  global batch between them (such runs can hang when a peer is lost: the kernel watches them);
 - ``DESCRIPTION``: one line for docs and error messages;
 
 and defines ``train(job, ctx)``, which imports TensorFlow inside. Adding a strategy means

@@ -6,17 +6,16 @@ GPUs; this must happen before TensorFlow's runtime starts on the engine.
 
 ROLES = ("local",)
 MULTI_ENGINE = False
+SYNC_WORKERS = False
 DESCRIPTION = "one engine, all of its devices (MirroredStrategy)"
 
 
 def train(job, ctx):
     import tensorflow as tf
 
-    from workbench.engine import loop
+    from workbench.engine import loop, placement
 
-    if job.devices:
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * job.devices)
+    placement.split_cpu(job.devices)
     gpus = tf.config.list_logical_devices("GPU")
     devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
     return loop.train_synchronous(tf.distribute.MirroredStrategy(devices), job, ctx)

@@ -6,6 +6,7 @@ TF_CONFIG is set on the engine before this runs.
 
 ROLES = ("worker",)
 MULTI_ENGINE = True
+SYNC_WORKERS = True
 DESCRIPTION = "synchronous all-reduce across worker engines (MultiWorkerMirroredStrategy)"
 
 

@@ -6,6 +6,7 @@ the chief engine runs the ``ClusterCoordinator`` and the training loop.
 
 ROLES = ("chief", "ps", "worker")
 MULTI_ENGINE = True
+SYNC_WORKERS = False
 DESCRIPTION = "asynchronous training with variables on PS tasks (ParameterServerStrategy)"
 
 

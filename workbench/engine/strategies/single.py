@@ -1,13 +1,20 @@
-"""Baseline: one engine, one device, no tf.distribute cluster."""
+"""Baseline: one engine, one device, no tf.distribute cluster.
+
+With ``devices=N`` the engine's CPU is split into N logical devices that a model may place
+its layers on (model parallelism, e.g. ``wb.models.split_mlp``); training still runs as
+one process with no strategy.
+"""
 
 ROLES = ("local",)
 MULTI_ENGINE = False
+SYNC_WORKERS = False
 DESCRIPTION = "one engine, one device (the default strategy): the baseline"
 
 
 def train(job, ctx):
     import tensorflow as tf
 
-    from workbench.engine import loop
+    from workbench.engine import loop, placement
 
+    placement.split_cpu(job.devices)
     return loop.train_synchronous(tf.distribute.get_strategy(), job, ctx)
