@@ -102,3 +102,19 @@ def test_best_plan_prefers_engines_that_already_hold_the_right_state():
     s = strategies.get("single")
     local = roles.best_plan(engines, state, None, s.ROLES, 1, 0, s.MULTI_ENGINE)
     assert local[0].engine_id == 0 and roles.engines_to_recycle(local, state) == []
+
+
+def test_a_cluster_on_a_network_warns_once_about_tf_servers_and_loopback_does_not():
+    import warnings
+
+    from workbench.kernel.cluster import warn_if_exposed
+
+    EngineInfo = roles.EngineInfo
+    local = [EngineInfo(id=i, host="a", address="127.0.0.1", pid=i, port=1000 + i) for i in range(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert warn_if_exposed(local) is False
+    remote = local + [EngineInfo(id=5, host="b", address="10.1.2.3", pid=5, port=1005)]
+    with pytest.warns(UserWarning, match=r"reached on 10\.1\.2\.3\. TensorFlow's gRPC servers listen on every "
+                                         r"interface.*private network, or behind a firewall"):
+        assert warn_if_exposed(remote) is True

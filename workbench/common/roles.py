@@ -135,7 +135,8 @@ def best_plan(engines, state, previous, *args, **kwargs):
     """The plan that restarts the fewest engines.
 
     Candidates: the engines a previous run of the same topology used, in the same order
-    (``previous``: engine ids, or None); fresh engines first; all engines by id. Ties go
+    (``previous``: engine ids, or None); fresh engines first; engines in the local state a
+    one-engine run needs first; all engines by id. Ties go
     to the earlier candidate, so an unchanged topology lands on the same engines.
     """
     by_id = sorted(engines, key=lambda e: e.id)
@@ -144,6 +145,9 @@ def best_plan(engines, state, previous, *args, **kwargs):
         first = [next(e for e in by_id if e.id == p) for p in previous]
         candidates.append(first + [e for e in by_id if e.id not in previous])
     candidates.append(sorted(by_id, key=lambda e: state.get(e.id) is not None))
+    # a one-engine run leaves the same state on any engine: one that already has it will do
+    local = ("local", kwargs.get("devices", 0))
+    candidates.append(sorted(by_id, key=lambda e: state.get(e.id) not in (None, local)))
     candidates.append(by_id)
     plans = [plan(order, *args, **kwargs) for order in candidates]
     return min(plans, key=lambda p: len(engines_to_recycle(p, state)))

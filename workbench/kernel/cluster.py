@@ -2,6 +2,7 @@
 or an existing profile; engines that report what they are; TF state tracked per engine."""
 
 import atexit
+import warnings
 import weakref
 from pathlib import Path
 
@@ -65,8 +66,9 @@ class Cluster:
         self._retired = set()  # engine ids replaced by recycling
         self._pidfile = None  # the reaper's list of this cluster's PIDs
         self._reaper = None
-        self._last_engines = {}  # (strategy, workers, ps, devices) -> engine ids of its last run
+        self._last_engines = {}  # (roles, workers, ps, devices) -> engine ids of its last run
         self.runs = []
+        self._warned = False  # the once-per-cluster warning about TF servers on a network
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self):
@@ -85,7 +87,7 @@ class Cluster:
         _LIVE.add(self)
         try:
             if self.attached:
-                self.client.wait_for_engines(1, timeout=self.timeout)
+                self.client.wait_for_engines(1, timeout=self.timeout, interactive=False)
             self._take_inventory(self.client.ids)
         except BaseException:
             self.stop()
@@ -182,6 +184,10 @@ class Cluster:
         for engine_set in self._ipp.engines.values():
             self._pids.update(getattr(l, "pid", None) for l in getattr(engine_set, "launchers", {}).values())
         processes = family(self._pids - {None})  # with engines' nannies, controller's schedulers
+        controller = getattr(self._ipp.controller, "pid", None)
+        # engines whose TF runtime holds collectives or servers take ~10 s to exit when asked;
+        # their runs are over and saved, so end them (ours, by PID) before the controller
+        reap(processes - family({controller} - {None}), deadline=0)
         try:
             self._ipp.stop_cluster_sync()
         except Exception:
@@ -241,6 +247,8 @@ class Cluster:
             pending.append(self.client[eid].apply_async(inventory.configure, envs[eid]))
         for ar in pending:
             ar.get(timeout=self.timeout)
+        if not self._warned:
+            self._warned = warn_if_exposed(self._info.values())
 
     def _log_tail(self, lines=20):
         if self._ipp is None:
@@ -316,6 +324,15 @@ class Cluster:
             tasks = [_retarget(t, mapping) for t in tasks]
         return tasks
 
+    def _engine_alive(self, engine_id):
+        """Is this engine still there? Local engines by PID (at once), others by registration."""
+        info = self._info.get(engine_id)
+        if info is None or self.client is None:
+            return False
+        if info.address in _LOOPBACK and self._ipp is not None:
+            return alive(info.pid)
+        return engine_id in self.client.ids
+
     def mark(self, tasks):
         for t in tasks:
             self._state[t.engine_id] = roles.fingerprint(t)
@@ -379,13 +396,14 @@ class Cluster:
               learning_rate=0.1, momentum=0.0, strategy="multi_worker_mirrored", workers=2, ps=0,
               global_batch_size=256, steps=300, seed=0, steps_per_execution=None,
               checkpoint_every=100, eval_every=0, variable_partitioner=None, devices=0,
-              stall_timeout=60.0, start_timeout=180.0, dashboard=None):
+              average_every=None, stall_timeout=60.0, start_timeout=180.0, dashboard=None):
         """Start a training run on the engines and return its ``Run`` at once.
 
         ``strategy``: "multi_worker_mirrored" (sync all-reduce over ``workers`` engines),
         "parameter_server" (async; 1 chief + ``ps`` + ``workers`` engines), "mirrored"
-        (one engine, all its devices; ``devices=N`` splits the CPU into N logical ones)
-        or "single" (one engine, one device). Every argument is checked here, before any
+        (one engine, all its devices; ``devices=N`` splits the CPU into N logical ones),
+        "parameter_averaging" (sync; ``workers`` engines train their own replicas and
+        average them every ``average_every`` steps) or "single" (one engine, one device). Every argument is checked here, before any
         engine is touched. ``dashboard``: show the live dashboard (default: when running
         in a notebook kernel).
         """
@@ -399,6 +417,7 @@ class Cluster:
             global_batch_size=global_batch_size, steps=steps, seed=seed,
             steps_per_execution=steps_per_execution, checkpoint_every=checkpoint_every,
             eval_every=eval_every, variable_partitioner=variable_partitioner, devices=devices,
+            average_every=average_every,
         )
         stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
         start_timeout = validate.positive_float("start_timeout", start_timeout)
@@ -444,6 +463,21 @@ class Cluster:
                or (info.address in _LOOPBACK and self._ipp is not None and not alive(info.pid))]
         if bad:
             self.recycle(bad)
+
+
+def warn_if_exposed(engines):
+    """Warn (once per cluster: returns True when it did) that TensorFlow's servers of a
+    cluster whose engines are reached on non-loopback addresses are open to that network."""
+    exposed = sorted({e.address for e in engines if e.address not in _LOOPBACK and not e.address.startswith("127.")})
+    if not exposed:
+        return False
+    warnings.warn(
+        f"This cluster's engines are reached on {', '.join(exposed)}. TensorFlow's gRPC servers listen on "
+        "every interface with no authentication or encryption (TensorFlow SECURITY.md: 'not built for use "
+        "in an untrusted network'), so anyone who can reach these hosts' TF ports can run code in your "
+        "training processes. Run such clusters only on a private network, or behind a firewall that admits "
+        "only the cluster's own hosts.", UserWarning, stacklevel=3)
+    return True
 
 
 def _in_notebook():

@@ -16,7 +16,9 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
     """Start ``job`` on ``cluster``'s engines and return its ``Run`` (``resume``: continue
     from the run directory's last checkpoint, up to ``steps``)."""
     adapter = strategies.get(job.strategy)
-    topology = (job.strategy, job.workers, job.ps, job.devices)
+    # strategies with the same roles (MWMS and parameter averaging; single and mirrored)
+    # leave the same TF state: one may reuse the engines the other left
+    topology = (adapter.ROLES, job.workers, job.ps, job.devices)
     tasks = roles.best_plan(list(cluster._info.values()), cluster._state, cluster._last_engines.get(topology),
                             adapter.ROLES, job.workers, job.ps, adapter.MULTI_ENGINE, devices=job.devices)
     tasks = cluster.prepare(tasks)

@@ -48,6 +48,11 @@ class Run:
         self._finished = None
         self._done = threading.Event()
         self._dashboard = None
+        from workbench.engine import strategies
+        from workbench.kernel.recovery import EngineWatch
+
+        # asynchronous runs outlive a lost worker: the workbench brings a replacement up
+        self._engines = EngineWatch(self, replace_workers="ps" in strategies.get(job.strategy).ROLES)
         self._thread = threading.Thread(target=self._watch, name=f"workbench-run-{job.run_id}", daemon=True)
         self._thread.start()
 
@@ -113,7 +118,8 @@ class Run:
     @property
     def history(self):
         """One row per (worker, step): loss, batch accuracy, examples/s, step time, seconds
-        since the run started. Grows while the run trains."""
+        since the run started (and, for parameter-server runs, the step's staleness).
+        Grows while the run trains."""
         import pandas as pd
 
         with self._lock:
@@ -126,6 +132,8 @@ class Run:
             return pd.DataFrame(columns=cols)
         df = pd.DataFrame(rows)
         df["elapsed"] = df["time"] - self._started
+        if "staleness" in df:  # asynchronous runs: other updates applied during each step
+            cols.append("staleness")
         df = df[cols].reset_index(drop=True)
         self._history = (version, df)
         return df.copy()
@@ -138,24 +146,40 @@ class Run:
                             columns=["step", "test_accuracy", "test_loss"])
 
     @property
+    def events(self):
+        """What happened besides steps, in order: checkpoints, evaluations, workers lost and
+        replaced (with the step the run had reached), as a DataFrame."""
+        import pandas as pd
+
+        with self._lock:
+            rows = [{k: v for k, v in e.items() if k not in ("tasks", "variables")}
+                    for e in self._events if e["kind"] != "placement"]
+        df = pd.DataFrame(rows)
+        if df.empty:
+            return pd.DataFrame(columns=["kind", "step", "time"])
+        df = df.sort_values("time", kind="stable").reset_index(drop=True)
+        return df[["kind", "step"] + [c for c in df.columns if c not in ("kind", "step")]]
+
+    @property
     def placement(self):
         """Every task (role, index, host, pid, devices) and every variable with its device."""
         import pandas as pd
 
         cols = ["role", "task", "engine", "host", "pid", "device", "variable", "shape", "bytes"]
-        rows = []
+        rows, tasks = [], {}
         for ev in self._events:
             if ev["kind"] != "placement":
                 continue
-            for t in ev["tasks"]:
-                rows.append({**{k: t.get(k) for k in ("role", "task", "engine", "host", "pid")},
-                             "device": ", ".join(t.get("devices", []))})
+            for t in ev["tasks"]:  # a replaced worker: its latest engine
+                tasks[(t.get("role"), t.get("task"))] = {
+                    **{k: t.get(k) for k in ("role", "task", "engine", "host", "pid")},
+                    "device": ", ".join(t.get("devices", []))}
             for v in ev["variables"]:
                 role, task = _job_task(v["device"])
                 rows.append({"role": role, "task": task, "device": v["device"], "variable": v["variable"],
                              "shape": v["shape"], "bytes": v["bytes"]})
         rank = {"chief": 0, "ps": 1, "worker": 2, "local": 3}
-        df = pd.DataFrame(rows, columns=cols)
+        df = pd.DataFrame(list(tasks.values()) + rows, columns=cols)
         # tasks report in any order: sort so the table reads the same every time
         df["_kind"] = df.variable.notna()
         df["_rank"] = df.role.map(rank).fillna(9)
@@ -224,6 +248,10 @@ class Run:
                         self._collect(name, ar)
                 if self._error is not None or len(self._outcome) == len(self._results):
                     break
+                lost = self._engines.check()
+                if lost is not None:
+                    self._error = lost
+                    break
                 step = self.step
                 if step != last_step:
                     last_progress, last_step = time.monotonic(), step
@@ -233,6 +261,10 @@ class Run:
                     break
                 time.sleep(_POLL)
         finally:
+            self._engines.join()
+            for name, ar in list(self._results.items()):  # a replacement that came up at the end
+                if self._error is None and name not in self._outcome and ar.wait(5):
+                    self._collect(name, ar)
             if self._error is not None:
                 self._abort()
             self._finished = time.time()
@@ -241,7 +273,9 @@ class Run:
 
     def _stalls(self):
         """Only synchronous multi-worker runs can hang silently; others error out."""
-        return self.job.strategy == "multi_worker_mirrored"
+        from workbench.engine import strategies
+
+        return strategies.get(self.job.strategy).SYNC_WORKERS
 
     def _stall_message(self, limit):
         with self._lock:
@@ -265,6 +299,9 @@ class Run:
             result = ar.get()
         except Exception as e:
             task = next(t for t in self.tasks if f"{t.role}:{t.index}" == name)
+            if not self.cluster._engine_alive(task.engine_id):  # ipyparallel: "Engine N died while ..."
+                self._error = self._engines.lost(task)
+                return
             ename = getattr(e, "ename", type(e).__name__)
             evalue = getattr(e, "evalue", str(e))
             tb = _ANSI.sub("", getattr(e, "traceback", None) or str(e))
@@ -274,6 +311,19 @@ class Run:
             return
         self._outcome[name] = result
         self._merge({"rows": result.get("rows", ()), "events": result.get("events", ())})
+
+    def _note(self, kind, **info):
+        """An event the kernel observed (a worker lost, a replacement started)."""
+        with self._lock:
+            self._events.append(dict(info, kind=kind, time=time.time()))
+
+    def _swap_task(self, old, new, ar):
+        """A replacement engine took over ``old``'s task; its result is collected afresh."""
+        name = f"{old.role}:{old.index}"
+        with self._lock:
+            self.tasks = [new if t is old else t for t in self.tasks]
+            self._results[name] = ar
+            self._outcome.pop(name, None)
 
     def _abort(self):
         """After a failure: stop every task. Synchronous peers blocked in a collective never

@@ -1,0 +1,82 @@
+"""Watch a run's engines while it trains: replace lost parameter-server workers, fail
+fast on any other loss.
+
+ParameterServerStrategy's coordinator survives a worker's loss: it re-runs the lost
+worker's steps on the others and keeps dialling the lost address. The workbench gives it
+something to find: a fresh engine on the same port, running the same worker task (its
+TF server), started in the background while the run goes on. A lost PS task, chief or
+synchronous worker ends the run: the watcher names it at once (by PID for local engines)
+instead of leaving the survivors to time out.
+"""
+
+import threading
+import time
+
+import cloudpickle
+
+from workbench.engine import entry
+from workbench.errors import EngineError
+
+
+class EngineWatch:
+    def __init__(self, run, replace_workers):
+        self.run = run
+        self.replace_workers = replace_workers
+        self._threads = {}  # task name -> replacement thread
+        self._last_check = 0.0
+
+    def check(self, every=0.25):
+        """Called from the run's watcher. Starts replacing lost PS workers; returns an
+        ``EngineError`` naming the task for any other lost engine, else None."""
+        now = time.monotonic()
+        if now - self._last_check < every:
+            return None
+        self._last_check = now
+        for t in list(self.run.tasks):
+            name = f"{t.role}:{t.index}"
+            busy = name in self._threads and self._threads[name].is_alive()
+            if busy or self.run.cluster._engine_alive(t.engine_id):
+                continue
+            if not (self.replace_workers and t.role == "worker"):
+                return self.lost(t)
+            self.run._note("worker_lost", task=name, engine=t.engine_id, step=self.run.step)
+            # the coordinator keeps reconnecting in the background after the run; a later
+            # run in that process has crashed it: its engine is replaced after this run
+            self.run.cluster._condemn([c.engine_id for c in self.run.tasks if c.role == "chief"])
+            thread = threading.Thread(target=self._replace, args=(t,), daemon=True,
+                                      name=f"workbench-replace-{name}")
+            self._threads[name] = thread
+            thread.start()
+        return None
+
+    def lost(self, task):
+        """The error for a task whose engine died."""
+        run, name = self.run, f"{task.role}:{task.index}"
+        info = run.cluster._info.get(task.engine_id)
+        saved = [e["step"] for e in run._events if e["kind"] == "checkpoint"]
+        resume = (f"its last checkpoint is at step {max(saved)}" if saved else "it saved no checkpoint yet")
+        return EngineError(
+            f"{name} (engine {task.engine_id}, pid {getattr(info, 'pid', '?')}) was lost at step {run.step}: "
+            f"its process ended. The run stopped; {resume}. run.resume() starts its tasks on fresh "
+            "engines and continues from there.",
+            role=task.role, task=task.index, engine_id=task.engine_id)
+
+    def _replace(self, task):
+        from workbench.kernel.cluster import _retarget
+
+        run, name = self.run, f"{task.role}:{task.index}"
+        try:
+            mapping = run.cluster.recycle([task.engine_id])
+            new = _retarget(task, mapping)
+            ar = run.cluster.client[new.engine_id].apply_async(entry.run_task, cloudpickle.dumps(run.job), new)
+            ar.get(timeout=run.start_timeout)
+            run.cluster.mark([new])
+            run._swap_task(task, new, ar)
+            run._note("worker_replaced", task=name, engine=new.engine_id, step=run.step)
+        except Exception as e:  # the run goes on with the workers it has
+            run._note("worker_not_replaced", task=name, step=run.step, error=f"{type(e).__name__}: {e}")
+
+    def join(self, timeout=120):
+        deadline = time.monotonic() + timeout
+        for thread in list(self._threads.values()):
+            thread.join(max(0.0, deadline - time.monotonic()))
