@@ -53,3 +53,14 @@ def test_the_readmes_first_command_installs_and_serves_the_quickstart(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the command's own process group: pip and jupyter
         proc.wait(60)
+
+
+def test_every_walkthrough_is_listed_in_the_notebooks_readme_in_order():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "notebooks"
+    names = sorted(p.stem for p in folder.glob("*.ipynb"))
+    text = (folder / "README.md").read_text()
+    assert [n for n in names if f"[`{n}`]({n}.ipynb)" in text] == names
+    assert [text.index(f"[`{n}`]") for n in names] == sorted(text.index(f"[`{n}`]") for n in names)
+    assert len(names) == 9

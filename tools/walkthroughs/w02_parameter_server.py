@@ -1,0 +1,125 @@
+"""02: Downpour-style asynchronous training with ParameterServerStrategy."""
+
+from make_notebooks import code, md
+
+NAME = "02_parameter_server"
+
+
+def cells():
+    return [
+        md("""
+# The parameter server: asynchronous data parallelism
+
+In *Downpour SGD* (Dean et al., 2012) parameter-server tasks hold the model's variables,
+possibly split into shards; workers each hold a replica of the computation, pull the
+current variables, compute a gradient on their own batch and push the update back,
+**without waiting for each other**. TensorFlow 2 does this with
+`ParameterServerStrategy`: a *coordinator* (the chief) schedules steps on workers; the
+variables live on PS tasks.
+
+This notebook shows where the variables go, what one step costs a PS task, how that load
+grows with workers, and what asynchrony does: *staleness*.
+"""),
+        code("""
+import pandas as pd
+import workbench as wb
+
+cluster = wb.Cluster(engines=4).start()
+digits = wb.datasets.digits()
+model = wb.models.mlp((64, 32))
+args = dict(model=model, data=digits, strategy="parameter_server", global_batch_size=128,
+            steps=1000, learning_rate=0.05, checkpoint_every=0, dashboard=False)
+"""),
+        md("""
+## One PS task, one worker
+
+Three engines take the roles: the chief (coordinator), `ps:0` and `worker:0`. Every
+variable lives on the PS task; the worker only computes.
+"""),
+        code("""
+one = cluster.train(workers=1, ps=1, **args).wait()
+p = one.placement
+p[p.variable.notna()][["variable", "bytes", "device"]]
+"""),
+        code("""
+print(f"steps: {one.final_step}, test accuracy >= 0.90: {one.evaluation['test_accuracy'] >= 0.90}")
+"""),
+        md("""
+## Variables spread over PS tasks
+
+With two PS tasks the strategy places whole variables round-robin, in the order they are
+created. Dense layers create a kernel, then a bias, so here *every kernel lands on* `ps:0`
+and every bias on `ps:1`: 98% of the bytes (and of the traffic) on one task. A
+`variable_partitioner` cuts large variables into shards instead; that needs a `tf.Module`
+model such as `wb.models.module_mlp` (Keras 3 layers cannot take sharded variables). Cut
+in two, every variable is spread evenly:
+"""),
+        code("""
+two_ps = cluster.train(workers=1, ps=2, **args).wait()
+p = two_ps.placement
+v = p[p.variable.notna()]
+v.assign(ps=v.task.map(lambda t: f"ps:{t}")).groupby("ps").bytes.sum().rename("bytes held")
+"""),
+        code("""
+sharded = cluster.train(**dict(args, model=wb.models.module_mlp(64)), workers=1, ps=2, variable_partitioner=2).wait()
+p = sharded.placement
+v = p[p.variable.notna()]
+v.assign(ps=v.task.map(lambda t: f"ps:{t}")).groupby("ps").bytes.sum().rename("bytes held, sharded")
+"""),
+        md("""
+## What a step costs the PS tasks
+
+Each worker step reads every variable from the PS tasks and sends every gradient back:
+`2 x parameters x 4 bytes`, whatever the number of workers. So the PS tasks' traffic is
+that figure times the steps per second of **all** workers together: it grows with every
+worker added, which is why Downpour shards parameters over many PS tasks.
+"""),
+        code("""
+params = 64 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10
+per_step = 2 * params * 4
+print(f"{params} parameters: {per_step} bytes through the PS tasks per worker step")
+pd.DataFrame({"workers": [1, 2, 4, 8, 16], "PS bytes per round of steps": [w * per_step for w in (1, 2, 4, 8, 16)]}).set_index("workers")
+"""),
+        md("""
+Measured here (two workers against one; these numbers change from run to run, and on a
+2-core machine the workers, the PS task and the coordinator share the same cores):
+"""),
+        code("""
+two = cluster.train(workers=2, ps=1, **args).wait()
+rates = {}
+for name, run in [("1 worker", one), ("2 workers", two)]:
+    h = run.history
+    steps_per_s = len(h) / (h.elapsed.max() - h.elapsed.min())
+    rates[name] = {"steps/s": round(steps_per_s), "PS MB/s": round(steps_per_s * per_step / 1e6, 1)}
+pd.DataFrame(rates).T
+""", volatile=True),
+        md("""
+## Staleness
+
+A worker's gradient is computed on the variables as they were when its step began; by the
+time it is applied, other workers may have updated them. The workbench measures this for
+every step of a parameter-server run: `history.staleness` is the number of other updates
+applied between the step's read of the global step counter and its own update. With one
+worker it is always 0.
+"""),
+        code("""
+print("one worker, every step fresh:", (one.history.staleness == 0).all())
+two.history.staleness.value_counts().sort_index().rename("steps").to_frame().T
+""", volatile=True),
+        md("""
+Stale gradients are why asynchronous training converges less per step than synchronous
+training with the same examples: each update was computed for a model that no longer
+exists. Here both runs still reach the same accuracy band, because a small MLP on two
+cores gives few chances for staleness (the workers mostly take turns). With many workers,
+slow networks, or stragglers it grows, and learning rates must shrink; that is the price
+paid for never waiting on the slowest worker (see `05_sync_vs_async`).
+"""),
+        code("""
+print("two workers, test accuracy >= 0.90:", two.evaluation["test_accuracy"] >= 0.90)
+print("every one of the 1000 steps done once:", sorted(two.history.step) == list(range(1, 1001)))
+print("steps per worker:", two.history.groupby("worker").size().to_dict())
+""", volatile=True),
+        code("""
+cluster.stop()
+"""),
+    ]

@@ -1,0 +1,108 @@
+"""07: kill a worker during a PS run and watch it continue; resume a sync run from its checkpoint."""
+
+from make_notebooks import code, md
+
+NAME = "07_fault_tolerance"
+
+
+def cells():
+    return [
+        md("""
+# Fault tolerance
+
+Asynchronous training tolerates a lost worker: nobody waits for it. Synchronous training
+does not: every step needs every worker, so a lost worker stops the run, which must then
+restart from its last checkpoint. This notebook kills real engine processes (with
+`SIGKILL`, as an out-of-memory killer or a failed machine would) and watches both.
+"""),
+        code("""
+import os
+import signal
+import time
+
+import workbench as wb
+
+cluster = wb.Cluster(engines=4).start()
+digits = wb.datasets.digits()
+args = dict(model=wb.models.mlp((64, 32)), data=digits, global_batch_size=128, learning_rate=0.05)
+
+def engine_pid(run, role, index):
+    task = next(t for t in run.tasks if (t.role, t.index) == (role, index))
+    return int(cluster.engines.loc[task.engine_id, "pid"])
+"""),
+        md("""
+## A parameter-server run loses a worker
+
+Four engines: chief, `ps:0`, `worker:0`, `worker:1`. Once the run is under way, kill
+`worker:1`'s engine. TensorFlow's coordinator re-runs the lost worker's unfinished steps on
+`worker:0` and keeps trying the lost address; the workbench notices the dead engine, starts
+a fresh one **on the same port** and starts the same worker task on it, and the coordinator
+picks it up again. The dashboard below shows the lost engine and the loss curve going on.
+"""),
+        code("""
+run = cluster.train(strategy="parameter_server", workers=2, ps=1, steps=4000, checkpoint_every=1000, **args)
+while run.step < 300:  # wait until the run is under way
+    time.sleep(0.05)
+os.kill(engine_pid(run, "worker", 1), signal.SIGKILL)
+""", volatile=True),
+        code("""
+run.wait()
+print("steps completed:", run.final_step, "of", run.job.steps)
+print("every step reported exactly once:", sorted(run.history.step) == list(range(1, 4001)))
+print("what happened:", [k for k in run.events.kind if k.startswith("worker_")])
+"""),
+        code("""
+run.events[run.events.kind.str.startswith("worker_")][["kind", "step", "task", "engine"]]  # when it happened
+""", volatile=True),
+        md("""
+Steps per worker, in blocks of 500: `worker:1` stops, the run carries on with `worker:0`
+alone, then `worker:1` (on its new engine) takes its share again.
+"""),
+        code("""
+h = run.history
+h.assign(block=(h.step - 1) // 500 * 500 + 500).pivot_table(index="worker", columns="block", values="step",
+                                                           aggfunc="count", fill_value=0)
+""", volatile=True),
+        md("""
+## A synchronous run loses a worker
+
+MultiWorkerMirroredStrategy cannot go on without a worker: the other one would wait in the
+next all-reduce forever. The workbench watches the engines and stops the run at once with
+an error naming the lost task; `run.resume()` then starts the tasks again (on fresh
+engines) from the last checkpoint, and the run ends with exactly the steps it asked for.
+"""),
+        code("""
+sync = cluster.train(strategy="multi_worker_mirrored", workers=2, steps=2000, checkpoint_every=500, **args)
+while sync.step < 700:
+    time.sleep(0.05)
+os.kill(engine_pid(sync, "worker", 1), signal.SIGKILL)
+t0 = time.monotonic()
+try:
+    sync.wait()
+except wb.EngineError as e:
+    error, seconds = e, time.monotonic() - t0
+print(str(error).split(" was lost")[0], "was lost; error raised after", round(seconds, 1), "s")
+""", volatile=True),
+        code("""
+print("error names the lost task:", str(error).startswith("worker:1 (engine "))
+print("raised within 60 s:", seconds < 60)
+saved = max(e["step"] for e in sync._events if e["kind"] == "checkpoint")
+print("last checkpoint:", saved)
+"""),
+        code("""
+resumed = sync.resume().wait()
+h = resumed.history
+print("final step:", resumed.final_step)
+print("resumed from the checkpoint, every step once per worker:",
+      all(list(h[h.worker == w].step) == list(range(saved + 1, 2001)) for w in ("worker:0", "worker:1")))
+print(f"test accuracy >= 0.90: {resumed.evaluation['test_accuracy'] >= 0.90}")
+"""),
+        md("""
+The steps between the checkpoint (step 500) and the failure were lost and redone: at most
+one `checkpoint_every` interval. Checkpoint more often to lose less, at the price of the
+time each save takes.
+"""),
+        code("""
+cluster.stop()
+"""),
+    ]

@@ -1,0 +1,116 @@
+"""08: from the local cluster to a real one (SSH, MPI, Slurm; one engine per GPU)."""
+
+from make_notebooks import code, md
+
+NAME = "08_scaling_out"
+
+
+def cells():
+    return [
+        md("""
+# Scaling out: from this machine to a real cluster
+
+Everything so far ran on a local cluster the workbench started. A real cluster is the same
+three pieces, started differently: an ipyparallel **controller**, **engines** on the
+machines (one per GPU), and the notebook's **client**. The workbench never starts machines
+itself; ipyparallel's launchers do (SSH, MPI, Slurm, PBS, LSF, ...).
+
+**What does not change:** `cluster.train(...)` and everything after it, the strategies, the
+dashboard, checkpoints, `run.history`. **What changes:** how the engines start, and which
+addresses TensorFlow's servers use.
+"""),
+        md("""
+## Two ways in
+
+**1. Let the workbench start it through a launcher.** Any argument of `ipyparallel.Cluster`
+passes through:
+
+```python
+from traitlets.config import Config
+
+config = Config()   # options of ipyparallel's launchers, by class name
+config.SSHEngineSetLauncher.engines = {"gpu1": 4, "gpu2": 4}       # 4 engines on each host
+cluster = wb.Cluster(engines=8, launcher="ssh", config=config)
+
+cluster = wb.Cluster(engines=4, launcher="mpi")                     # mpiexec -n 4 ipengine ...
+
+config = Config()
+config.SlurmEngineSetLauncher.batch_template_file = "engines.sbatch"   # your #SBATCH lines
+cluster = wb.Cluster(engines=8, launcher="slurm", controller="slurm", config=config)
+```
+
+**2. Attach to a cluster someone started** (`ipcluster start --profile gpus` on a login
+node, a Slurm job, a system service): name its profile.
+
+```python
+cluster = wb.Cluster(profile="gpus")   # attach; cluster.stop() then only disconnects
+```
+
+The second way runs here for real: ipyparallel itself starts a cluster in a profile of its
+own (as a Slurm job would), and the workbench attaches to it.
+"""),
+        code("""
+import ipyparallel as ipp
+import workbench as wb
+from IPython.paths import get_ipython_dir
+
+# what an admin or a batch job would have started, outside the notebook
+service = ipp.Cluster(n=2, profile_dir=f"{get_ipython_dir()}/profile_wbdemo", controller_ip="127.0.0.1", log_level=40)
+service.start_cluster_sync()
+rc = service.connect_client_sync()
+rc.wait_for_engines(2, timeout=120, interactive=False)  # its engines have registered
+rc.close()
+
+cluster = wb.Cluster(profile="wbdemo").start()
+print("attached:", cluster.attached, "| engines:", len(cluster.engines))
+"""),
+        code("""
+run = cluster.train(model=wb.models.mlp((64, 32)), data=wb.datasets.digits(), strategy="multi_worker_mirrored",
+                    workers=2, global_batch_size=128, steps=300, learning_rate=0.1, seed=0, dashboard=False).wait()
+print(f"steps: {run.final_step}, test accuracy: {run.evaluation['test_accuracy']:.3f}")
+"""),
+        code("""
+cluster.stop()                 # disconnects: the attached cluster belongs to whoever started it
+service.stop_cluster_sync()    # ...who stops it
+"""),
+        md("""
+## One engine per GPU
+
+On GPU nodes start one engine per GPU. Each engine reports its host and that host's GPUs;
+the workbench gives engine number `r` on a host `CUDA_VISIBLE_DEVICES=r` *before*
+TensorFlow is imported there, so each process sees exactly one GPU as `GPU:0`. Engines
+beyond a host's GPU count see none (CPU only). This is pure logic, so it can be shown for a
+cluster we do not have: two hosts with 4 GPUs each, 8 engines started in any order.
+"""),
+        code("""
+import pandas as pd
+from workbench.common import roles
+
+engines = [roles.EngineInfo(id=i, host=f"gpu{1 + i % 2}", address=f"10.0.0.{1 + i % 2}", pid=1000 + i,
+                            port=20000 + i, gpus=(0, 1, 2, 3)) for i in range(8)]
+env = roles.engine_env(engines, cluster_tag="demo")
+pd.DataFrame([{"engine": e.id, "host": e.host, "local rank": roles.local_ranks(engines)[e.id],
+               "CUDA_VISIBLE_DEVICES": env[e.id]["CUDA_VISIBLE_DEVICES"]} for e in engines]).set_index("engine")
+"""),
+        md("""
+The roles of a run are spread over hosts round-robin, so that tasks of one kind do not
+pile onto one machine, and each task's `TF_CONFIG` lists every task's address on its host:
+"""),
+        code("""
+tasks = roles.plan(engines, ("chief", "ps", "worker"), workers=4, ps=2, multi_engine=True)
+pd.DataFrame([{"role": t.role, "index": t.index, "host": t.host, "TF server": t.target} for t in tasks])
+"""),
+        code("""
+tasks[0].tf_config["cluster"]
+"""),
+        md("""
+## Before you run on a real network
+
+TensorFlow's gRPC servers listen on **every** interface with no authentication
+(TensorFlow's SECURITY.md: "not built for use in an untrusted network"). ipyparallel binds
+loopback by default and signs its messages, but TF's servers are open to anyone who can
+reach their ports. On a shared network, keep the cluster on a private network or behind a
+firewall that admits only the cluster's hosts; the workbench warns once when a cluster's
+addresses are not loopback.
+"""),
+    ]
