@@ -118,3 +118,18 @@ def test_a_cluster_on_a_network_warns_once_about_tf_servers_and_loopback_does_no
     with pytest.warns(UserWarning, match=r"reached on 10\.1\.2\.3\. TensorFlow's gRPC servers listen on every "
                                          r"interface.*private network, or behind a firewall"):
         assert warn_if_exposed(remote) is True
+
+
+def test_a_collective_group_is_reused_whole_or_not_at_all():
+    engines = [roles.EngineInfo(id=i, host="a", address="127.0.0.1", pid=i, port=1000 + i) for i in range(3)]
+    group = roles.plan(engines[:2], ("worker",), workers=2, ps=0, multi_engine=True)
+    state = {t.engine_id: roles.fingerprint(t) for t in group}
+    assert roles.engines_to_recycle(group, state) == []
+    # engine 0 replaced by a fresh engine 2 on the same port: same TF_CONFIG, but engine 1's
+    # group state knows the old process, so it must go too
+    moved = [roles.Task(2, t.role, t.index, t.host, t.target, t.tf_config) if t.engine_id == 0 else t for t in group]
+    assert roles.engines_to_recycle(moved, {1: state[1], 2: None}) == [1]
+    # parameter-server tasks are servers a new coordinator can reuse one by one
+    ps = roles.plan(engines, ("chief", "ps", "worker"), workers=1, ps=1, multi_engine=True)
+    ps_state = {t.engine_id: roles.fingerprint(t) for t in ps}
+    assert roles.engines_to_recycle(ps, {**ps_state, 0: None}) == []

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 import workbench as wb
 
-cluster = wb.Cluster(engines=2).start()
+cluster = wb.Cluster(engines=3).start()  # 2 workers, and 1 engine for the one-machine runs
 digits = wb.datasets.digits()
 model = wb.models.mlp((64, 32), dtype="float64")  # float64: rounding far below what we measure
 args = dict(model=model, data=digits, global_batch_size=128, steps=200, learning_rate=0.1, seed=0,

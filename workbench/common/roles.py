@@ -154,9 +154,15 @@ def best_plan(engines, state, previous, *args, **kwargs):
 
 
 def engines_to_recycle(tasks, state):
-    """Engine ids whose TF state (``state``: id -> fingerprint or None) conflicts with ``tasks``."""
-    return sorted(
-        t.engine_id
-        for t in tasks
-        if state.get(t.engine_id) not in (None, fingerprint(t))
-    )
+    """Engine ids whose TF state (``state``: id -> fingerprint or None) conflicts with ``tasks``.
+
+    A collective group (a cluster of workers only: MultiWorkerMirroredStrategy, parameter
+    averaging) is reusable only whole: an engine keeping its group state while a peer is a
+    new process hangs in the group's first collective, even on the same ports. So unless
+    every task finds its engine already in its state, every engine with a state goes.
+    """
+    conflicts = [t.engine_id for t in tasks if state.get(t.engine_id) not in (None, fingerprint(t))]
+    collective = bool(tasks) and set(tasks[0].tf_config.get("cluster", {})) == {"worker"}
+    if collective and any(state.get(t.engine_id) != fingerprint(t) for t in tasks):
+        conflicts = [t.engine_id for t in tasks if state.get(t.engine_id) is not None]
+    return sorted(conflicts)
