@@ -227,6 +227,20 @@ def test_an_engine_error_reaches_the_kernel_with_role_and_traceback(cluster):
     assert after.final_step == 5
 
 
+@pytest.mark.parametrize("strategy,workers", [("multi_worker_mirrored", 2), ("parameter_server", 1)])
+def test_a_diverging_run_fails_with_the_step_where_the_loss_became_nan(cluster, strategy, workers):
+    run = cluster.train(MLP, DIGITS, strategy=strategy, workers=workers, ps=int(strategy == "parameter_server"),
+                        global_batch_size=64, steps=2000, learning_rate=1e6, checkpoint_every=0)
+    t0 = time.monotonic()
+    with pytest.raises(wb.EngineError, match=r"FloatingPointError: The loss became nan at step \d+ on worker:\d"):
+        run.wait(timeout=120)
+    assert time.monotonic() - t0 < 60
+    assert run.step < 2000
+    again = cluster.train(MLP, DIGITS, strategy="single", workers=1, global_batch_size=64, steps=10,
+                          checkpoint_every=0).wait(timeout=300)
+    assert again.final_step == 10, "the cluster is usable after the failure"
+
+
 def test_two_topologies_back_to_back_recycle_only_when_needed(cluster):
     """MWMS state is process-global: an engine that holds one cluster spec cannot join
     another (TF hangs), so the cluster replaces such engines before the next run; an

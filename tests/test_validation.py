@@ -40,6 +40,7 @@ BAD_TRAIN = [
     ({"data": [1, 2, 3]}, "data", "wb.datasets.digits()"),
     ({"data": (np.zeros((10, 4)), np.zeros(9))}, "y", "one label per example"),
     ({"data": (np.zeros((0, 4)), np.zeros(0))}, "x", "a non-empty array"),
+    ({"data": (np.array([[0.0, np.nan], [1.0, 2.0]]), np.zeros(2))}, "x", "1 NaN or infinite values"),
     ({"seed": -1}, "seed", "an int >= 0"),
     ({"steps_per_execution": 0}, "steps_per_execution", "an int >= 1"),
     ({"devices": 2}, "devices", "logical devices are for 'mirrored' and 'single'"),

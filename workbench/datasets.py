@@ -91,6 +91,9 @@ def from_numpy(x, y, x_test=None, y_test=None, name="numpy", test_fraction=0.2, 
     if y.shape[:1] != x.shape[:1]:
         raise invalid("y", f"array of shape {y.shape}", f"one label per example: shape ({len(x)},)")
     x = x.astype("float32")
+    bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
+    if bad:
+        raise invalid("x", f"an array with {bad} NaN or infinite values", "finite numbers (a NaN input makes the loss NaN)")
     y = y.astype("int32") if np.issubdtype(y.dtype, np.integer) else y.astype("float32")
     if x_test is None:
         return _split(name, x, y, test_fraction, seed)

@@ -3,12 +3,22 @@ parameter-server. Keras 3 ``fit`` fails under both multi-worker strategies, so t
 workbench owns a custom loop: ``strategy.run`` inside ``tf.function``, per-replica batch =
 global batch / replicas, loss averaged over the global batch."""
 
+import math
 import os
 import time
 
 from workbench.engine import build, placement
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
+
+
+def check_loss(loss, step, worker, job):
+    """A NaN or infinite loss ends the run with an error saying so, at the step it appeared."""
+    if not math.isfinite(loss):
+        raise FloatingPointError(
+            f"The loss became {loss} at step {step} on {worker} (learning_rate={job.learning_rate!r}, "
+            f"optimizer={job.optimizer!r}): training diverged. Lower the learning rate, or check the data "
+            "for NaN or infinite values.")
 
 
 def _stop_requested(job):
@@ -135,6 +145,7 @@ def train_synchronous(strategy, job, ctx):
         dt = time.perf_counter() - t0
         for j, loss in enumerate(losses):
             # this worker's shard: its mean loss and accuracy over its examples of the step
+            check_loss(float(loss), done + j + 1, ctx["name"], job)
             pub.add(step=done + j + 1, worker=ctx["name"], loss=float(loss) * workers,
                     accuracy=float(hits[j]) / examples_per_worker, step_time=dt / n,
                     examples_per_s=examples_per_worker * n / dt, replicas=replicas)
@@ -235,6 +246,7 @@ def train_parameter_server(job, ctx):
         since = now - last_seen.get(int(worker), t_start)
         last_seen[int(worker)] = now
         for j, loss in enumerate(losses):
+            check_loss(float(loss), done + j + 1, f"worker:{int(worker)}", job)
             pub.add(step=done + j + 1, worker=f"worker:{int(worker)}", loss=float(loss),
                     accuracy=float(hits[j]) / job.global_batch_size, step_time=since / n,
                     examples_per_s=job.global_batch_size * n / since, replicas=1, staleness=int(stale[j]))

@@ -77,6 +77,7 @@ def train(job, ctx):
         losses, hits = run_steps(iterator, tf.constant(n), (done + n) % k == 0).numpy()
         dt = time.perf_counter() - t0
         for j, loss in enumerate(losses):
+            loop.check_loss(float(loss), done + j + 1, ctx["name"], job)
             pub.add(step=done + j + 1, worker=ctx["name"], loss=float(loss), accuracy=float(hits[j]) / local,
                     step_time=dt / n, examples_per_s=local * n / dt, replicas=1)
         done += n
