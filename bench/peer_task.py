@@ -1,0 +1,132 @@
+"""The peer: one task of a plain tf.distribute job, written the way TensorFlow's
+multi-worker and parameter-server tutorials write it (custom loop, TF_CONFIG set by
+whoever launched the process). Run by bench/peer.py, one process per task; the chief (or
+MWMS worker 0) prints one JSON line: when its first step finished and its steady steps/s.
+
+    TF_CONFIG=... python bench/peer_task.py {mwms|pss} WORKLOAD STEPS
+"""
+
+import json
+import os
+import sys
+import time
+
+T_START = time.time()  # the process launched (imports follow)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+
+def workload(name):
+    if name == "digits":
+        from sklearn.datasets import load_digits
+
+        d = load_digits()
+        return (d.data / 16.0).astype("float32"), d.target.astype("int32"), (64, 32), 128
+    rng = np.random.default_rng(0)  # the wide MLP on MNIST-sized synthetic inputs
+    x = rng.normal(size=(4096, 784)).astype("float32")
+    return x, rng.integers(0, 10, 4096).astype("int32"), (512,), 512
+
+
+def build(hidden):
+    layers = [keras.layers.Dense(h, activation="relu") for h in hidden] + [keras.layers.Dense(10, activation="softmax")]
+    return keras.Sequential(layers)
+
+
+def mwms(x, y, hidden, batch, steps):
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = build(hidden)
+        model.build((None, x.shape[1]))
+        optimizer = keras.optimizers.SGD(0.1)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
+
+    def dataset_fn(ctx):
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=0).repeat()
+        ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        return ds.batch(ctx.get_per_replica_batch_size(batch)).prefetch(2)
+
+    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+
+    @tf.function
+    def train_step(iterator):
+        def step_fn(inputs):
+            xb, yb = inputs
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)), global_batch_size=batch)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(next(iterator),)), axis=None)
+
+    times = []
+    for _ in range(steps):
+        train_step(iterator).numpy()
+        times.append(time.time())
+    start = max(1, len(times) // 5)  # a fifth of the steps warm up, the rest are timed
+    return {"first_step": times[0], "steps_per_s": (len(times) - 1 - start) / (times[-1] - times[start])}
+
+
+def pss(x, y, hidden, batch, steps):
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        model = build(hidden)
+        model.build((None, x.shape[1]))
+        optimizer = keras.optimizers.SGD(0.1)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
+
+    def dataset_fn(ctx):
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=0).repeat()
+        return ds.batch(batch).prefetch(2)
+
+    @tf.function
+    def per_worker_dataset_fn():
+        return strategy.distribute_datasets_from_function(dataset_fn)
+
+    iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+
+    @tf.function
+    def train_step(iterator):
+        def step_fn(inputs):
+            xb, yb = inputs
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)), global_batch_size=batch)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        return strategy.run(step_fn, args=(next(iterator),))
+
+    # the tutorial's loop: one step per schedule, then join; the first step is fetched
+    # alone (cold start), a fifth of the steps warm up, the rest are timed
+    coordinator.schedule(train_step, args=(iterator,)).fetch()
+    first = time.time()
+    warm = max(1, steps // 5)
+    for _ in range(warm):
+        coordinator.schedule(train_step, args=(iterator,))
+    coordinator.join()
+    t0 = time.time()
+    for _ in range(steps - warm - 1):
+        coordinator.schedule(train_step, args=(iterator,))
+    coordinator.join()
+    return {"first_step": first, "steps_per_s": (steps - warm - 1) / (time.time() - t0)}
+
+
+def main():
+    kind, name, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
+    if kind == "pss" and task["type"] in ("ps", "worker"):
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
+                             protocol="grpc", start=True).join()
+        return
+    x, y, hidden, batch = workload(name)
+    result = (mwms if kind == "mwms" else pss)(x, y, hidden, batch, steps)
+    if task["type"] == "chief" or task["index"] == 0:
+        print(json.dumps(dict(result, started=T_START)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

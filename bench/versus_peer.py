@@ -1,0 +1,164 @@
+"""The workbench against the peer: plain tf.distribute scripts as TF's tutorials write them
+(bench/peer_task.py), same model, data, global batch and topology, launched by hand with
+TF_CONFIG. Every figure is a ratio of two things measured in this run, alternated.
+
+    python bench/versus_peer.py           # full: ~8 minutes on 2 cores
+    python bench/versus_peer.py --quick   # smoke: a few steps each, digits only
+
+- MWMS, 2 workers, dashboard on: workbench steps/s over the peer's;
+- PSS, 1 PS + 2 workers: workbench defaults over the tutorial's one step per schedule;
+- memory: each engine's resident set after training, by role;
+- cold start, ``Cluster(...)`` to the first finished step (2 workers + 1 PS), against the
+  peer's process launch to its first step; re-run of the same topology in a live cluster;
+  a different topology (engine recycle).
+
+Results go to bench/results/versus_peer.json and .md.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peer  # noqa: E402
+
+import workbench as wb  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "results"
+
+
+def workloads():
+    return {
+        "digits": (wb.models.mlp((64, 32)), wb.datasets.from_numpy(*_digits(), test_fraction=0.01), 128),
+        "wide": (wb.models.mlp((512,)), wb.datasets.synthetic(examples=4096, features=784), 512),
+    }
+
+
+def _digits():
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return (d.data / 16.0).astype("float32"), d.target
+
+
+def steady(run):
+    """Steps/s over the last 80% of a run's steps (tracing and warm-up left out), as the
+    peer times itself."""
+    times = sorted(run.history.drop_duplicates("step").time)
+    start = max(1, len(times) // 5)
+    return (len(times) - 1 - start) / max(times[-1] - times[start], 1e-9)
+
+
+def first_step(run, t0, timeout=300):
+    end = time.monotonic() + timeout
+    while run.step < 1:
+        if time.monotonic() > end or run.done:
+            raise RuntimeError(f"no first step: {run}")
+        time.sleep(0.01)
+    return float(run.history.time.min()) - t0
+
+
+def _rss():
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def rss(cluster, run):
+    """Resident memory of each task's engine after the run, in MB."""
+    return {f"{t.role}:{t.index}": round(cluster.client[t.engine_id].apply_sync(_rss) / 1e6)
+            for t in run.tasks}
+
+
+def summary(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--repeats", type=int, default=None)
+    args = p.parse_args(argv)
+    repeats = args.repeats or (1 if args.quick else 3)
+    steps = {"digits": 40 if args.quick else 1000, "wide": 20 if args.quick else 300}
+    results, t_all = {}, time.time()
+
+    # cold start: the peer's processes against a fresh Cluster, both to the first finished step
+    cold_wb, cold_peer, rerun, recycle = [], [], [], []
+    for _ in range(repeats):
+        model, data, batch = workloads()["digits"]
+        pss = dict(strategy="parameter_server", workers=2, ps=1, global_batch_size=batch, steps=50,
+                   checkpoint_every=0, dashboard=False)
+        t0 = time.time()
+        with wb.Cluster(engines=4) as cluster:
+            run = cluster.train(model, data, **pss)
+            cold_wb.append(first_step(run, t0))
+            run.wait()
+            t0 = time.time()
+            again = cluster.train(model, data, **pss)
+            rerun.append(first_step(again, t0))
+            again.wait()
+            t0 = time.time()
+            other = cluster.train(model, data, **dict(pss, strategy="multi_worker_mirrored", ps=0))
+            recycle.append(first_step(other, t0))
+            other.wait()
+        r = peer.run("pss", "digits", 50)
+        cold_peer.append(r["first_step"] - r["launched"])
+    results["start"] = {
+        "workbench cold start, Cluster(engines=4) -> first step (s)": summary(cold_wb),
+        "peer cold start, process launch -> first step (s)": summary(cold_peer),
+        "workbench re-run, same topology, live cluster (s)": summary(rerun),
+        "workbench different topology (recycle) (s)": summary(recycle),
+    }
+
+    for wname, (model, data, batch) in workloads().items():
+        if args.quick and wname != "digits":
+            continue
+        rows = {}
+        with wb.Cluster(engines=4) as cluster:
+            for label, kind, options in [
+                ("MWMS 2 workers (dashboard on)", "mwms", dict(strategy="multi_worker_mirrored", workers=2)),
+                ("PSS 1 PS + 2 workers (workbench defaults vs 1 step/schedule)", "pss",
+                 dict(strategy="parameter_server", workers=2, ps=1)),
+            ]:
+                ours, theirs, ratios = [], [], []
+                for _ in range(repeats):  # alternated: workbench, peer, workbench, peer, ...
+                    run = cluster.train(model, data, global_batch_size=batch, steps=steps[wname],
+                                        checkpoint_every=0, dashboard=False, **options)
+                    if kind == "mwms":
+                        run.dashboard()  # the widget and its 4 Hz update thread, as in a notebook
+                    run.wait()
+                    ours.append(steady(run))
+                    theirs.append(peer.run(kind, wname, steps[wname])["steps_per_s"])
+                    ratios.append(ours[-1] / theirs[-1])
+                rows[label] = {"workbench steps/s": summary(ours), "peer steps/s": summary(theirs),
+                               "ratio": summary(ratios), "engine RSS after training (MB)": rss(cluster, run)}
+        results[wname] = rows
+        print(wname, json.dumps({k: round(v["ratio"]["median"], 2) for k, v in rows.items()}), flush=True)
+
+    meta = {"quick": args.quick, "repeats": repeats, "seconds": round(time.time() - t_all, 1),
+            "cpus": __import__("os").cpu_count(), "python": sys.version.split()[0]}
+    OUT.mkdir(exist_ok=True)
+    (OUT / "versus_peer.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    lines = ["| figure | median [min-max] |", "| --- | --- |"]
+    for name, s in results["start"].items():
+        lines.append(f"| {name} | {s['median']:.2f} [{s['min']:.2f}-{s['max']:.2f}] |")
+    for wname in [w for w in ("digits", "wide") if w in results]:
+        for label, r in results[wname].items():
+            q = r["ratio"]
+            lines.append(f"| {wname}: {label}, workbench / peer | x{q['median']:.2f} [{q['min']:.2f}-{q['max']:.2f}] "
+                         f"({r['workbench steps/s']['median']:.0f} vs {r['peer steps/s']['median']:.0f} steps/s) |")
+    for wname in [w for w in ("digits", "wide") if w in results]:
+        for label, r in results[wname].items():
+            memory = ", ".join(f"{k} {v}" for k, v in r["engine RSS after training (MB)"].items())
+            lines.append(f"| {wname}: {label}, engine RSS after training (MB) | {memory} |")
+    (OUT / "versus_peer.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
