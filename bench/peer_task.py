@@ -34,6 +34,18 @@ def build(hidden):
     return keras.Sequential(layers)
 
 
+def make_step_fn(model, optimizer, loss_fn, batch):
+    """The tutorials' replica step: loss averaged over the global batch, one SGD update."""
+    def step_fn(inputs):
+        xb, yb = inputs
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)), global_batch_size=batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+    return step_fn
+
+
 def mwms(x, y, hidden, batch, steps):
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
@@ -49,15 +61,10 @@ def mwms(x, y, hidden, batch, steps):
 
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
 
+    step_fn = make_step_fn(model, optimizer, loss_fn, batch)
+
     @tf.function
     def train_step(iterator):
-        def step_fn(inputs):
-            xb, yb = inputs
-            with tf.GradientTape() as tape:
-                loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)), global_batch_size=batch)
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
         return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(next(iterator),)), axis=None)
 
     times = []
@@ -88,15 +95,10 @@ def pss(x, y, hidden, batch, steps):
 
     iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
 
+    step_fn = make_step_fn(model, optimizer, loss_fn, batch)
+
     @tf.function
     def train_step(iterator):
-        def step_fn(inputs):
-            xb, yb = inputs
-            with tf.GradientTape() as tape:
-                loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)), global_batch_size=batch)
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
         return strategy.run(step_fn, args=(next(iterator),))
 
     # the tutorial's loop: one step per schedule, then join; the first step is fetched
