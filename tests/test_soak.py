@@ -63,6 +63,7 @@ def test_fifty_back_to_back_runs_leak_no_process_port_thread_or_memory(cluster):
     for i in range(10, 50):
         one(i)
     after = snapshot(cluster)
+    print(f"soak: after 10 runs {before}, after 50 runs {after}")  # shown with pytest -s
     for key in ("processes", "listening", "kernel threads"):
         assert after[key] <= before[key], (key, before, after)
     assert after["kernel rss"] <= 1.05 * before["kernel rss"], (before, after)
@@ -104,7 +105,7 @@ def test_runs_work_with_ipyparallels_curve_encryption(monkeypatch):
     monkeypatch.setenv("IPP_ENABLE_CURVE", "1")
     with wb.Cluster(engines=3) as c:
         security = os.path.join(c._ipp.profile_dir, "security")
-        client_file = next(f for f in os.listdir(security) if f.endswith("-client.json"))
+        client_file = f"ipcontroller-{c._ipp.cluster_id}-client.json"  # not the module fixture's
         with open(os.path.join(security, client_file)) as f:
             assert json.load(f).get("curve_serverkey"), "the controller did not enable CurveZMQ"
         for topology in (dict(strategy="multi_worker_mirrored", workers=2),

@@ -238,10 +238,21 @@ def train_parameter_server(job, ctx):
     t_start = time.perf_counter()
     max_inflight = 2 * job.workers
 
+    retries = 0
+
     def collect_one():
-        nonlocal done
+        nonlocal done, retries
         remote, n = inflight.pop(0)
-        worker, (losses, hits, stale) = remote.fetch()
+        try:
+            worker, (losses, hits, stale) = remote.fetch()
+        except tf.errors.UnavailableError:
+            # the worker that ran these steps died before its results were read: they are
+            # lost with it, so run them again elsewhere (the model may count a few extra)
+            retries += 1
+            if retries > 10 * job.workers:
+                raise
+            inflight.append((coordinator.schedule(run_steps, args=(iterator, tf.constant(n))), n))
+            return
         now = time.perf_counter()
         since = now - last_seen.get(int(worker), t_start)
         last_seen[int(worker)] = now
