@@ -34,8 +34,15 @@ def build(hidden):
     return keras.Sequential(layers)
 
 
-def make_step_fn(model, optimizer, loss_fn, batch):
-    """The tutorials' replica step: loss averaged over the global batch, one SGD update."""
+def replica_step(strategy, features, hidden, batch):
+    """The tutorials' model (built under ``strategy``) and replica step: loss averaged over
+    the global batch, one SGD update."""
+    with strategy.scope():
+        model = build(hidden)
+        model.build((None, features))
+        optimizer = keras.optimizers.SGD(0.1)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
+
     def step_fn(inputs):
         xb, yb = inputs
         with tf.GradientTape() as tape:
@@ -48,11 +55,7 @@ def make_step_fn(model, optimizer, loss_fn, batch):
 
 def mwms(x, y, hidden, batch, steps):
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    with strategy.scope():
-        model = build(hidden)
-        model.build((None, x.shape[1]))
-        optimizer = keras.optimizers.SGD(0.1)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
+    step_fn = replica_step(strategy, x.shape[1], hidden, batch)
 
     def dataset_fn(ctx):
         ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=0).repeat()
@@ -60,8 +63,6 @@ def mwms(x, y, hidden, batch, steps):
         return ds.batch(ctx.get_per_replica_batch_size(batch)).prefetch(2)
 
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
-
-    step_fn = make_step_fn(model, optimizer, loss_fn, batch)
 
     @tf.function
     def train_step(iterator):
@@ -79,11 +80,7 @@ def pss(x, y, hidden, batch, steps):
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-    with strategy.scope():
-        model = build(hidden)
-        model.build((None, x.shape[1]))
-        optimizer = keras.optimizers.SGD(0.1)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
+    step_fn = replica_step(strategy, x.shape[1], hidden, batch)
 
     def dataset_fn(ctx):
         ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=0).repeat()
@@ -94,8 +91,6 @@ def pss(x, y, hidden, batch, steps):
         return strategy.distribute_datasets_from_function(dataset_fn)
 
     iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
-
-    step_fn = make_step_fn(model, optimizer, loss_fn, batch)
 
     @tf.function
     def train_step(iterator):

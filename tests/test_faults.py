@@ -87,7 +87,7 @@ def test_a_lost_task_fails_fast_naming_it_and_resume_completes_exactly(cluster, 
         run.wait(timeout=bound)
     assert time.monotonic() - t0 < bound
     assert str(info.value).startswith(f"{role}:{index} (engine ")
-    assert "was lost at step" in str(info.value) and f"checkpoint is at step" in str(info.value)
+    assert "was lost at step" in str(info.value) and "checkpoint is at step" in str(info.value)
     reached = run.step
     saved = max(e["step"] for e in run._events if e["kind"] == "checkpoint")
     assert reached - saved <= EVERY, "at most one checkpoint interval is lost"

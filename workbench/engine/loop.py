@@ -115,6 +115,27 @@ def _step_fn(job, model, opt, step, loss_fn, staleness=False):
 def train_synchronous(strategy, job, ctx):
     import tensorflow as tf
 
+    pub, model, opt, step, start, manager, board = prepare(strategy, job, ctx)
+    workers = job.workers if ctx["task"].tf_config else 1  # MWMS: workers split the global batch
+    iterator = iter(strategy.distribute_datasets_from_function(build.dataset_fn(job, start_step=start)))
+    run_steps = tf.function(_steps_fn(strategy, _step_fn(job, model, opt, step, build.loss(job))))
+
+    def run_chunk(done, n):
+        return run_steps(iterator, tf.constant(n)).numpy()
+
+    # each replica's loss is averaged over the global batch: x workers is this worker's mean
+    done, stopped = lockstep(job, ctx, pub, board, manager, model, start, run_chunk, agreement(strategy),
+                             examples=job.global_batch_size / workers, loss_scale=workers,
+                             replicas=strategy.num_replicas_in_sync)
+    return finish(model, job, ctx, pub, board, manager, done, stopped)
+
+
+def prepare(strategy, job, ctx):
+    """What every training loop starts with: the metrics publisher, the model, optimizer and
+    step counter built under ``strategy`` (restored when resuming), a checkpoint manager,
+    the placement event and TensorBoard. Returns (pub, model, opt, step, start, manager, board)."""
+    import tensorflow as tf
+
     pub = Publisher(job.run_dir, ctx["name"])
     model, opt, step, ckpt = _state(strategy, job)
     start = _restore(job, ckpt, ctx)
@@ -122,35 +143,43 @@ def train_synchronous(strategy, job, ctx):
     pub.event("placement", tasks=[dict(ctx["task_row"], devices=placement.devices(ctx["task"]))],
               variables=placement.variables(model, ctx["task"]))
     board = Board(job.run_dir, ctx["is_chief"])
-    replicas = strategy.num_replicas_in_sync
-    workers = job.workers if ctx["task"].tf_config else 1  # MWMS: workers split the global batch
-    dist = strategy.distribute_datasets_from_function(build.dataset_fn(job, start_step=start))
-    iterator = iter(dist)
-    step_fn = _step_fn(job, model, opt, step, build.loss(job))
+    return pub, model, opt, step, start, manager, board
 
-    run_steps = tf.function(_steps_fn(strategy, step_fn))
+
+def agreement(strategy):
+    """``agree(flag) -> sum over workers``: every worker must take the same stop decision,
+    or the others hang in the next collective."""
+    import tensorflow as tf
 
     @tf.function
-    def agree(flag):  # every worker must take the same stop decision, or the others hang
+    def agree(flag):
         value = strategy.run(lambda: tf.constant(flag, tf.int32))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
 
-    done, stopped = start, False
-    examples_per_worker = job.global_batch_size / workers
+    return agree
+
+
+def lockstep(job, ctx, pub, board, manager, model, start, run_chunk, agree, examples, loss_scale=1.0,
+             replicas=1, every=0):
+    """The loop of the synchronous strategies: chunks of ``run_chunk(done, n) -> (losses,
+    hits)`` up to the next checkpoint, evaluation, agreed stop check or multiple of ``every``;
+    each step published as this worker's shard of ``examples`` examples (its loss x
+    ``loss_scale``). Returns (steps done, stopped)."""
+    done = start
     while done < job.steps:
         n = min(job.steps_per_execution, job.steps - done,
-                _until_next(done, job.checkpoint_every, job.eval_every, job.stop_check_every))
+                _until_next(done, every, job.checkpoint_every, job.eval_every, job.stop_check_every))
         t0 = time.perf_counter()
-        losses, hits = run_steps(iterator, tf.constant(n)).numpy()
+        losses, hits = run_chunk(done, n)
         dt = time.perf_counter() - t0
         for j, loss in enumerate(losses):
             # this worker's shard: its mean loss and accuracy over its examples of the step
             check_loss(float(loss), done + j + 1, ctx["name"], job)
-            pub.add(step=done + j + 1, worker=ctx["name"], loss=float(loss) * workers,
-                    accuracy=float(hits[j]) / examples_per_worker, step_time=dt / n,
-                    examples_per_s=examples_per_worker * n / dt, replicas=replicas)
+            pub.add(step=done + j + 1, worker=ctx["name"], loss=float(loss) * loss_scale,
+                    accuracy=float(hits[j]) / examples, step_time=dt / n,
+                    examples_per_s=examples * n / dt, replicas=replicas)
         done += n
-        board.scalars(done, loss=float(losses[-1]) * workers, examples_per_s=examples_per_worker * workers * n / dt)
+        board.scalars(done, loss=float(losses[-1]) * loss_scale, examples_per_s=job.global_batch_size * n / dt)
         pub.flush()
         if job.checkpoint_every and done % job.checkpoint_every == 0 and done < job.steps:
             manager.save(checkpoint_number=done)
@@ -159,12 +188,8 @@ def train_synchronous(strategy, job, ctx):
             _evaluate(model, job, ctx, pub, board, done)
         if done % job.stop_check_every == 0 or done >= job.steps:
             if int(agree(int(_stop_requested(job)))):
-                stopped = True
-                break
-    manager.save(checkpoint_number=done)
-    pub.event("checkpoint", step=done)
-    result = _finish(model, job, ctx, pub, board, done, stopped)
-    return result
+                return done, True
+    return done, False
 
 
 def _steps_fn(strategy, step_fn, outputs=2):
@@ -192,8 +217,12 @@ def _until_next(done, *intervals):
     return min([i - done % i for i in intervals if i] or [1 << 30])
 
 
-def _finish(model, job, ctx, pub, board, done, stopped):
+def finish(model, job, ctx, pub, board, manager, done, stopped, **checkpoint_info):
+    """The last checkpoint, the final evaluation (chief), the weights; the task's result."""
     import numpy as np
+
+    manager.save(checkpoint_number=done)
+    pub.event("checkpoint", step=done, **checkpoint_info)
 
     evaluation = _evaluate(model, job, ctx, pub, board, done) if ctx["is_chief"] else None
     board.close()
@@ -209,17 +238,10 @@ def _finish(model, job, ctx, pub, board, done, stopped):
 def train_parameter_server(job, ctx):
     import tensorflow as tf
 
-    pub = Publisher(job.run_dir, ctx["name"])
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=_partitioner(job))
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-    model, opt, step, ckpt = _state(strategy, job)
-    start = _restore(job, ckpt, ctx)
-    manager = tf.train.CheckpointManager(ckpt, _checkpoint_dir(job, ctx), max_to_keep=3)
-    pub.event("placement", tasks=[dict(ctx["task_row"], devices=placement.devices(ctx["task"]))],
-              variables=placement.variables(model, ctx["task"]))
-
-    board = Board(job.run_dir, True)
+    pub, model, opt, step, start, manager, board = prepare(strategy, job, ctx)
     worker_index = tf.distribute.coordinator.experimental_get_current_worker_index
     fn = build.dataset_fn(job, start_step=0, worker_index=worker_index, num_workers=job.workers)
     per_worker = coordinator.create_per_worker_dataset(
@@ -286,9 +308,7 @@ def train_parameter_server(job, ctx):
     coordinator.join()
     while inflight:
         collect_one()
-    manager.save(checkpoint_number=done)
-    pub.event("checkpoint", step=done, model_steps=int(step.numpy()))
-    return _finish(model, job, ctx, pub, board, done, stopped)
+    return finish(model, job, ctx, pub, board, manager, done, stopped, model_steps=int(step.numpy()))
 
 
 def _partitioner(job):

@@ -51,8 +51,10 @@ class Run:
         from workbench.engine import strategies
         from workbench.kernel.recovery import EngineWatch
 
+        adapter = strategies.get(job.strategy)
+        self._sync = adapter.SYNC_WORKERS  # lockstep workers: a lost one can hang the others
         # asynchronous runs outlive a lost worker: the workbench brings a replacement up
-        self._engines = EngineWatch(self, replace_workers="ps" in strategies.get(job.strategy).ROLES)
+        self._engines = EngineWatch(self, replace_workers="ps" in adapter.ROLES)
         self._thread = threading.Thread(target=self._watch, name=f"workbench-run-{job.run_id}", daemon=True)
         self._thread.start()
 
@@ -273,9 +275,7 @@ class Run:
 
     def _stalls(self):
         """Only synchronous multi-worker runs can hang silently; others error out."""
-        from workbench.engine import strategies
-
-        return strategies.get(self.job.strategy).SYNC_WORKERS
+        return self._sync
 
     def _stall_message(self, limit):
         with self._lock:
