@@ -48,6 +48,10 @@ def local_ranks(engines):
     return ranks
 
 
+# the same on every engine; local engines set it at start, before importing TensorFlow
+STARTUP_ENV = {"GRPC_FAIL_FAST": "use_caller", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
 def engine_env(engines, cluster_tag):
     """The environment each engine keeps for its lifetime, set before TF is imported.
 
@@ -59,11 +63,7 @@ def engine_env(engines, cluster_tag):
     ranks = local_ranks(engines)
     envs = {}
     for e in engines:
-        env = {
-            "GRPC_FAIL_FAST": "use_caller",
-            "TMPDIR": f"{e.tmp.rstrip('/')}/workbench-{cluster_tag}-engine{e.id}",
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-        }
+        env = dict(STARTUP_ENV, TMPDIR=f"{e.tmp.rstrip('/')}/workbench-{cluster_tag}-engine{e.id}")
         if e.gpus:
             rank = ranks[e.id]
             env["CUDA_VISIBLE_DEVICES"] = str(e.gpus[rank]) if rank < len(e.gpus) else ""

@@ -62,9 +62,10 @@ def _gpus():
 
 
 def configure(env):
-    """Set the engine's lifetime environment; must run before TensorFlow is imported."""
+    """Set the engine's lifetime environment. All of it but ``TMPDIR`` (read when a
+    temporary file is made) must be set before TensorFlow is imported."""
     if "tensorflow" in sys.modules:
-        changed = {k: v for k, v in env.items() if os.environ.get(k) != v}
+        changed = {k: v for k, v in env.items() if k != "TMPDIR" and os.environ.get(k) != v}
         if changed:
             raise RuntimeError(
                 f"TensorFlow was imported on this engine before the workbench set {sorted(changed)}"

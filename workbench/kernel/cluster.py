@@ -106,12 +106,26 @@ class Cluster:
         return ids[0] if ids else ""
 
     def _start_own(self, ipp):
+        import sys
+
+        from traitlets.config import Config
+
         options = dict(self.ipp_options)
         if self.launcher == "local" and self.controller == "local":
             options.setdefault("controller_ip", "127.0.0.1")
             # a dead engine is unregistered after ~3 s instead of ipyparallel's 30 s
             options.setdefault("controller_args", ["--HeartMonitor.period=1000",
                                                    "--HeartMonitor.max_heartmonitor_misses=3"])
+        if self.launcher == "local":
+            # engines import TensorFlow while they register (workbench.engine.start), and
+            # start with the controller, reading its connection file when it appears
+            config = options.setdefault("config", Config())
+            if "engine_cmd" not in config.LocalEngineSetLauncher:
+                config.LocalEngineSetLauncher.engine_cmd = [
+                    sys.executable, "-m", "workbench.engine.start", f"--IPEngine.wait_for_url_file={self.timeout}",
+                    "--IPEngine.enable_nanny=False"]  # a process less per engine: we watch PIDs
+                options.setdefault("send_engines_connection_env", False)
+                options.setdefault("delay", 0)
         options.setdefault("log_level", 40)
         try:
             self._ipp = ipp.Cluster(
