@@ -25,3 +25,22 @@ def test_environment_yml_matches_pyproject():
             listed.add(_name(item[2:]))
     listed -= {"python", "pip"}
     assert listed == wanted, f"only in environment.yml: {listed - wanted}; only in pyproject: {wanted - listed}"
+
+
+def test_the_panel_is_installed_prebuilt_and_enabled():
+    """The README's install command puts the prebuilt panel and its server extension in
+    place (no Node.js); the committed build is the one of the committed source."""
+    import json
+    import subprocess
+    import sys
+
+    lab = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"], capture_output=True, text=True)
+    assert re.search(r"workbench-panel v\S+ \S*enabled\S* \S*OK", lab.stdout + lab.stderr), lab.stdout + lab.stderr
+    server = subprocess.run([sys.executable, "-m", "jupyter", "server", "extension", "list"], capture_output=True, text=True)
+    assert re.search(r"workbench\.lab \S*enabled", server.stdout + server.stderr), server.stdout + server.stderr
+    source = json.loads((ROOT / "extensions" / "workbench-panel" / "package.json").read_text())
+    built = json.loads((ROOT / "workbench" / "labextension" / "package.json").read_text())
+    assert built["name"] == source["name"] and built["version"] == source["version"]
+    bundle = "".join(p.read_text() for p in (ROOT / "workbench" / "labextension" / "static").glob("*.js"))
+    for needle in ("wb-run-buttons", "docmanager:open", '"workbench","api"'):
+        assert needle in bundle, f"{needle!r} is not in the built panel: rebuild it (extensions/workbench-panel: npm run build)"

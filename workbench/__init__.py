@@ -15,6 +15,7 @@ from workbench.errors import (
 )
 from workbench.kernel.cluster import Cluster
 from workbench.kernel.compare import compare
+from workbench.records import history, runs
 from workbench.schedules import linear_scaling
 
 __version__ = "0.1.0"
@@ -23,6 +24,8 @@ __all__ = [
     "Cluster",
     "compare",
     "linear_scaling",
+    "runs",
+    "history",
     "datasets",
     "models",
     "WorkbenchError",

@@ -65,6 +65,8 @@ class Cluster:
         self._pids = set()  # local pids this object started
         self._retired = set()  # engine ids replaced by recycling
         self._pidfile = None  # the reaper's list of this cluster's PIDs
+        self._record = None  # clusters/<id>.json, what the Workbench panel shows
+        self._roles = {}  # engine id -> "role:index" of its latest run
         self._reaper = None
         self._last_engines = {}  # (roles, workers, ps, devices) -> engine ids of its last run
         self.runs = []
@@ -189,8 +191,12 @@ class Cluster:
                 pass
             self.client = None
         self._stop_own()
+        if self._record is not None:
+            self._record.unlink(missing_ok=True)
+            self._record = None
         self._info.clear()
         self._state.clear()
+        self._roles.clear()
 
     def _stop_own(self):
         if self._ipp is None:
@@ -263,6 +269,28 @@ class Cluster:
             ar.get(timeout=self.timeout)
         if not self._warned:
             self._warned = warn_if_exposed(self._info.values())
+        self._write_record()
+
+    def _write_record(self):
+        """``clusters/<id>.json`` under the workbench home: this cluster's engines and
+        their latest roles, for the Workbench panel (``workbench.records``); removed on stop."""
+        import os
+
+        from workbench import records
+
+        engines = [{"id": eid, "host": e.host, "pid": e.pid, "port": e.port, "role": self._roles.get(eid),
+                    "device": f"GPU {cvd}" if (cvd := self._env.get(eid, {}).get("CUDA_VISIBLE_DEVICES")) else "CPU"}
+                   for eid, e in sorted(self._info.items())]
+        record = {"id": self.cluster_tag, "kernel_pid": os.getpid(), "notebook": os.environ.get("JPY_SESSION_NAME"),
+                  "controller_pid": getattr(self._ipp.controller, "pid", None) if self._ipp is not None else None,
+                  "profile": self.profile, "engines": engines}
+        path = home.home() / "clusters" / f"{self.cluster_tag}.json"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            records.write_json(path, record)
+            self._record = path
+        except OSError:
+            pass
 
     def _log_tail(self, lines=20):
         if self._ipp is None:
@@ -350,6 +378,8 @@ class Cluster:
     def mark(self, tasks):
         for t in tasks:
             self._state[t.engine_id] = roles.fingerprint(t)
+            self._roles[t.engine_id] = f"{t.role}:{t.index}"
+        self._write_record()
 
     def recycle(self, engine_ids):
         """Replace engines ``engine_ids`` with fresh ones on the same ports. Returns {old: new}.

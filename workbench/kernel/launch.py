@@ -1,11 +1,13 @@
 """Launch a run: plan tasks, make their engines ready, ship the job, start each task."""
 
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import cloudpickle
 
+from workbench import records
 from workbench.common import roles
 from workbench.engine import entry, strategies
 from workbench.errors import EngineError
@@ -29,6 +31,7 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
     job = replace(job, tasks=tasks)
     Path(job.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(job.run_dir) / "STOP").unlink(missing_ok=True)
+    _write_record(cluster, job, tasks)
     cluster.mark(tasks)
     # cloudpickle ships functions defined in a notebook (__main__) by value
     payload = cloudpickle.dumps(job)
@@ -51,3 +54,17 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
     ordered = {f"{t.role}:{t.index}": results[f"{t.role}:{t.index}"] for t in tasks}
     return Run(cluster, job, tasks, ordered, stall_timeout=stall_timeout, start_timeout=start_timeout)
 
+
+
+def _write_record(cluster, job, tasks):
+    """``run.json`` in the run directory: what started, where and from which notebook,
+    for the Workbench panel and later kernels (``workbench.records``)."""
+    info = cluster.engine_info
+    records.write_json(Path(job.run_dir) / "run.json", {
+        "run_id": job.run_id, "strategy": job.strategy, "workers": job.workers, "ps": job.ps,
+        "devices": job.devices, "steps": job.steps, "global_batch_size": job.global_batch_size,
+        "started": time.time(), "notebook": os.environ.get("JPY_SESSION_NAME"), "kernel_pid": os.getpid(),
+        "cluster": cluster.cluster_tag,
+        "tasks": [{"role": t.role, "index": t.index, "engine": t.engine_id, "host": info[t.engine_id].host,
+                   "pid": info[t.engine_id].pid} for t in tasks],
+    })

@@ -32,10 +32,11 @@ def main(owner, pidfile):
         except ProcessLookupError:
             pass
     reap(processes, deadline=5)
-    try:
-        os.remove(pidfile)
-    except OSError:
-        pass
+    for path in (pidfile, os.path.splitext(pidfile)[0] + ".json"):  # the PIDs, the panel's record
+        try:
+            os.remove(path)
+        except OSError:
+            pass
     return 0
 
 

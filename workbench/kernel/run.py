@@ -347,6 +347,7 @@ class Run:
             "ps": self.job.ps, "steps": self.job.steps, "final_step": self.final_step,
             "started": self._started, "finished": self._finished,
             "error": None if self._error is None else str(self._error).splitlines()[0],
+            "stopped": self.stopped,
             "evaluation": self.evaluation,
         }
         try:

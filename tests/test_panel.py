@@ -1,0 +1,127 @@
+"""The Workbench panel (extensions/workbench-panel + workbench.lab) in a real JupyterLab in
+Debian's chromium: a notebook starts a run; the panel lists it with a growing step count,
+the cluster's engines with their roles, opens the run's notebook and TensorBoard, and stops
+the run; after the kernel is gone the panel still shows the run, read from its records.
+Screenshots go to build/screenshots/."""
+
+import json
+import urllib.request
+
+import nbformat
+import pytest
+
+from test_browser import SHOTS, accept_dialogs, browser, lab, run_menu, start_session, wait_for  # noqa: F401
+
+pytestmark = pytest.mark.cluster
+
+CELLS = [
+    "import workbench as wb\ncluster = wb.Cluster(engines=2).start()",
+    "run = cluster.train(wb.models.mlp((64, 32)), wb.datasets.digits(), strategy='multi_worker_mirrored',\n"
+    "                    workers=2, global_batch_size=128, steps=1_000_000)",
+]
+
+
+def panel_runs(page):
+    return page.evaluate("""() => [...document.querySelectorAll('#workbench-panel .wb-run')].map(r => ({
+        id: r.dataset.runId, status: r.querySelector('.wb-run-status').innerText,
+        step: r.querySelector('.wb-run-step').innerText, text: r.innerText}))""")
+
+
+def the_run(page):
+    runs = panel_runs(page)
+    return runs[0] if runs else None
+
+
+def step_of(run):
+    return int(run["step"].split()[1])
+
+
+def api(base, token, path, method="GET"):
+    req = urllib.request.Request(f"{base}/workbench/api/{path}?token={token}", method=method, data=b"" if method == "POST" else None)
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_panel_lists_stops_and_remembers_a_run(lab, browser, tmp_path):
+    base, token, server = lab
+    root = tmp_path / "root"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
+    nbformat.write(nb, root / "panel_run.ipynb")
+    page = browser.new_context(viewport={"width": 1500, "height": 950}).new_page()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        _drive(page, base, token)
+    except Exception:
+        page.screenshot(path=str(SHOTS / "panel-failure.png"))
+        (SHOTS / "panel-failure.txt").write_text(page.locator("body").inner_text())
+        raise
+
+
+def _drive(page, base, token):
+    session = start_session(base, token, "panel_run.ipynb")
+    page.goto(f"{base}/lab/tree/panel_run.ipynb?token={token}")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
+    wait_for(lambda: accept_dialogs(page) and "Idle" in str(page.locator(".jp-StatusBar-Widget").all_inner_texts()),
+             120, lambda: "JupyterLab to show the idle kernel")
+    page.locator(".jp-NotebookPanel .jp-Cell").first.click()
+    run_menu(page, "Run All Cells")
+
+    # the panel, from the left sidebar
+    page.locator('.jp-SideBar [data-id="workbench-panel"]').click()
+    page.wait_for_selector("#workbench-panel .wb-panel-body h3", timeout=30_000)
+    running = wait_for(lambda: accept_dialogs(page) and (r := the_run(page)) and r["status"] == "running"
+                       and step_of(r) > 0 and r, 240, lambda: f"a running run in the panel: {panel_runs(page)}")
+    assert "multi_worker_mirrored" in running["text"] and "2 workers" in running["text"]
+    assert "/ 1000000" in running["step"]
+    later = wait_for(lambda: (r := the_run(page)) and step_of(r) > step_of(running) + 50 and r, 60,
+                     lambda: f"the step count to grow past {step_of(running)}: {panel_runs(page)}")
+    assert later["id"] == running["id"] and "loss" in later["text"] and "steps/s" in later["text"]
+    engines = page.locator("#workbench-panel .wb-engines").inner_text()
+    assert "worker:0" in engines and "worker:1" in engines and "CPU" in engines
+    assert page.locator("#workbench-panel .wb-run .wb-spark polyline").count() == 1
+    if page.locator(".jp-toast-button", has_text="No").count():  # JupyterLab's news question, out of the picture
+        page.locator(".jp-toast-button", has_text="No").first.click()
+        wait_for(lambda: not page.locator(".Toastify__toast:visible").count(), 10, lambda: "the toast to go")
+    page.screenshot(path=str(SHOTS / "lab-panel.png"))
+
+    # "Notebook" brings the notebook that started the run to the front
+    page.locator(".lm-MenuBar-itemLabel", has_text="File").first.click()  # a launcher in front of it
+    page.locator(".lm-Menu-itemLabel", has_text="New Launcher").first.click()
+    wait_for(lambda: page.locator(".jp-Launcher:visible").count() and not page.locator(".jp-NotebookPanel:visible").count(),
+             30, lambda: "a launcher in front of the notebook")
+    page.locator("#workbench-panel .wb-run button[data-action=notebook]").first.click()
+    wait_for(lambda: page.locator(".jp-NotebookPanel:visible").count() == 1, 30, lambda: "the notebook in front")
+
+    # "TensorBoard" starts TensorBoard on the run's logs and opens it
+    with page.context.expect_page(timeout=90_000) as popup:
+        page.locator("#workbench-panel .wb-run button[data-action=tensorboard]").first.click()
+    board = popup.value
+    board.wait_for_load_state(timeout=90_000)
+    wait_for(lambda: board.evaluate("location.href").startswith("http://127.0.0.1:") and "TensorBoard" in board.title(),
+             90, lambda: f"TensorBoard's page, at {board.evaluate('location.href')}: {board.title()!r}")
+    board.close()
+
+    # "Stop" stops it
+    page.locator("#workbench-panel .wb-run button[data-action=stop]").first.click()
+    stopped = wait_for(lambda: (r := the_run(page)) and r["status"] == "stopped" and r, 90,
+                       lambda: f"the run to stop: {panel_runs(page)}")
+    assert step_of(stopped) < 1_000_000
+
+    # with its kernel gone, the run is still listed, read from its run directory
+    urllib.request.urlopen(urllib.request.Request(f"{base}/api/kernels/{session}?token={token}", method="DELETE"),
+                           timeout=60)
+    wait_for(lambda: not page.locator("#workbench-panel .wb-cluster").count(), 60,
+             lambda: "the cluster to leave the panel with its kernel")
+    after = the_run(page)
+    assert after["id"] == running["id"] and after["status"] == "stopped" and step_of(after) == step_of(stopped)
+    state = api(base, token, "state")
+    assert state["runs"][0]["notebook"] == "panel_run.ipynb" and state["clusters"] == []
+
+
+def test_panel_api_refuses_bad_requests(lab):
+    base, token, _ = lab
+    for path, code in [("runs/..%2Fetc/stop", 400), ("runs/no-such-run/stop", 404), ("runs/no-such-run/tensorboard", 404)]:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            api(base, token, path, method="POST")
+        assert e.value.code == code, (path, e.value.code)
+        assert "run" in json.loads(e.value.read())["message"]

@@ -1,0 +1,22 @@
+"""The Jupyter server side of the Workbench panel (``extensions/workbench-panel``).
+
+It serves what runs and clusters record under ``$WORKBENCH_HOME`` (``workbench.records``)
+to the panel, stops a run by writing its run directory's ``STOP`` file (what the engines
+poll, as the notebook dashboard's Stop does), and starts TensorBoard on a run's logs.
+Enabled by ``etc/jupyter/jupyter_server_config.d/workbench.json``, which installing the
+package puts in place.
+"""
+
+
+def _jupyter_server_extension_points():
+    return [{"module": "workbench.lab"}]
+
+
+def _jupyter_labextension_paths():
+    return [{"src": "../labextension", "dest": "workbench-panel"}]
+
+
+def _load_jupyter_server_extension(serverapp):
+    from workbench.lab.handlers import setup
+
+    setup(serverapp)

@@ -1,0 +1,145 @@
+"""HTTP API of the Workbench panel, under ``/workbench/api``:
+
+- ``GET  state``: clusters and the newest runs (``workbench.records.Records.state``);
+- ``POST runs/<id>/stop``: ask a running run to stop;
+- ``POST runs/<id>/tensorboard``: start (or reuse) TensorBoard on the run's logs, on
+  127.0.0.1; returns its URL. TensorBoard processes end with the server.
+"""
+
+import asyncio
+import atexit
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from workbench.records import Records
+
+RUN_ID = r"[A-Za-z0-9_.~-]+"  # what a run directory may be called
+URL_RUN_ID = r"[^/]+"  # checked against RUN_ID in the handler: a clear 400, not a bare 404
+_boards = {}  # run_id -> (process, url)
+
+
+class _Base(APIHandler):
+    @property
+    def records(self):
+        return self.settings["workbench_records"]
+
+    def _run(self, run_id):
+        if not re.fullmatch(RUN_ID, run_id):
+            raise web.HTTPError(400, f"run id {run_id!r} is not a workbench run id")
+        run_dir = self.records.home / "runs" / run_id
+        run = self.records.run(run_dir) if run_dir.is_dir() else None
+        if run is None:
+            raise web.HTTPError(404, f"no run {run_id!r} under {self.records.home / 'runs'}")
+        return run
+
+    def _api_path(self, path):
+        """A notebook's OS path as a path under the server's root, or None outside it."""
+        if not path:
+            return None
+        root = Path(self.settings["server_root_dir"]).resolve()
+        try:
+            return Path(path).resolve().relative_to(root).as_posix()
+        except ValueError:
+            return None
+
+
+class StateHandler(_Base):
+    @web.authenticated
+    def get(self):
+        state = self.records.state()
+        for item in state["runs"] + state["clusters"]:
+            item["notebook"] = self._api_path(item.get("notebook"))
+        self.finish(json.dumps(state))
+
+
+class StopHandler(_Base):
+    @web.authenticated
+    def post(self, run_id):
+        run = self._run(run_id)
+        if run["status"] != "running":
+            raise web.HTTPError(409, f"run {run_id} is {run['status']}, not running")
+        (Path(run["run_dir"]) / "STOP").touch()
+        self.finish(json.dumps({"run_id": run_id, "stopping": True}))
+
+
+class TensorBoardHandler(_Base):
+    @web.authenticated
+    async def post(self, run_id):
+        run = self._run(run_id)
+        logdir = Path(run["run_dir"]) / "tensorboard"
+        if not logdir.is_dir():
+            raise web.HTTPError(404, f"run {run_id} wrote no TensorBoard logs ({logdir} is missing)")
+        process, url = _boards.get(run_id, (None, None))
+        if process is None or process.poll() is not None:
+            process, url = _start_tensorboard(logdir)
+            _boards[run_id] = (process, url)
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        for _ in range(300):  # until TensorBoard accepts connections (at most 60 s)
+            if process.poll() is not None:
+                raise web.HTTPError(500, f"TensorBoard exited with code {process.returncode}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                await asyncio.sleep(0.2)
+        else:
+            raise web.HTTPError(504, "TensorBoard did not start within 60 s")
+        self.finish(json.dumps({"run_id": run_id, "url": url}))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent():
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _start_tensorboard(logdir):
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
+         "--port", str(port), "--reload_interval", "2"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+    )
+    return process, f"http://127.0.0.1:{port}/"
+
+
+@atexit.register
+def _stop_boards():
+    for process, _ in _boards.values():
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def setup(serverapp):
+    web_app = serverapp.web_app
+    web_app.settings["workbench_records"] = Records()
+    base = url_path_join(web_app.settings["base_url"], "workbench", "api")
+    web_app.add_handlers(".*$", [
+        (url_path_join(base, "state"), StateHandler),
+        (url_path_join(base, "runs", f"({URL_RUN_ID})", "stop"), StopHandler),
+        (url_path_join(base, "runs", f"({URL_RUN_ID})", "tensorboard"), TensorBoardHandler),
+    ])
+    serverapp.log.info("workbench panel API at %s (records in %s)", base, web_app.settings["workbench_records"].home)
