@@ -27,13 +27,26 @@ def dashboard_ok(data):
     assert data["latency_samples"] > 0
 
 
+def ceilings_ok(data):
+    c, a = data["results"]["compute"], data["results"]["all-reduce"]
+    assert c["FLOPs per step"] > 0 and c["workbench / matmul"]["median"] > 0 and c["plain TF loop / matmul"]["median"] > 0
+    assert a["per-variable / packed"]["median"] > 0 and a["loopback TCP MB/s"]["median"] > 0
+
+
 @pytest.mark.cluster
-@pytest.mark.parametrize("name,check", [("strategies", strategies_ok), ("dashboard", dashboard_ok),
-                                        ("versus_peer", versus_peer_ok)])
-def test_benchmark_runs_in_quick_mode(name, check):
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py"), "--quick"],
-                         capture_output=True, text=True, timeout=900)
+def test_every_benchmark_runs_in_quick_mode_with_plots():
+    """The README's one benchmark command, in its tiny mode."""
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "run_all.py"), "--quick"],
+                         capture_output=True, text=True, timeout=1500)
     assert out.returncode == 0, out.stderr[-3000:]
-    data = json.loads((ROOT / "bench" / "results" / f"{name}.json").read_text())
-    assert data["meta"]["quick"] is True
-    check(data)
+    results = ROOT / "bench" / "results"
+    summary = json.loads((results / "run_all.json").read_text())
+    assert summary["quick"] is True and set(summary["seconds"]) == {"strategies", "dashboard", "versus_peer", "ceilings"}
+    for name, check in [("strategies", strategies_ok), ("dashboard", dashboard_ok), ("versus_peer", versus_peer_ok),
+                        ("ceilings", ceilings_ok)]:
+        data = json.loads((results / f"{name}.json").read_text())
+        assert data["meta"]["quick"] is True
+        check(data)
+    for png in summary["plots"]:
+        assert (results / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "## ceilings" in (results / "summary.md").read_text()

@@ -36,6 +36,16 @@ def step_of(run):
     return int(run["step"].split()[1])
 
 
+def where(page):
+    """The page's address, or '' while it is navigating (the popup starts at about:blank)."""
+    from playwright.sync_api import Error
+
+    try:
+        return page.evaluate("location.href")
+    except Error:
+        return ""
+
+
 def api(base, token, path, method="GET"):
     req = urllib.request.Request(f"{base}/workbench/api/{path}?token={token}", method=method, data=b"" if method == "POST" else None)
     with urllib.request.urlopen(req, timeout=30) as r:
@@ -97,8 +107,8 @@ def _drive(page, base, token):
         page.locator("#workbench-panel .wb-run button[data-action=tensorboard]").first.click()
     board = popup.value
     board.wait_for_load_state(timeout=90_000)
-    wait_for(lambda: board.evaluate("location.href").startswith("http://127.0.0.1:") and "TensorBoard" in board.title(),
-             90, lambda: f"TensorBoard's page, at {board.evaluate('location.href')}: {board.title()!r}")
+    wait_for(lambda: where(board).startswith("http://127.0.0.1:") and "TensorBoard" in board.title(),
+             90, lambda: f"TensorBoard's page, at {where(board)}: {board.title()!r}")
     board.close()
 
     # "Stop" stops it
