@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 import socket
-import statistics
 import sys
 import threading
 import time
@@ -31,13 +30,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from strategies import OUT, _machine  # noqa: E402
-from versus_peer import steady  # noqa: E402
+from versus_peer import steady, summary  # noqa: E402
 
 import workbench as wb  # noqa: E402
-
-
-def summary(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
 def flops_per_step(features, hidden, classes, batch):
@@ -176,9 +171,10 @@ def compute(quick, repeats):
 
 
 def allreduce(quick, repeats):
-    hidden = (512,)
-    shapes = [(784, 512), (512,), (512, 10), (10,)]  # the wide MLP's variables, in order
-    data = wb.datasets.synthetic(examples=2048, features=784, classes=10)
+    features, hidden, classes = 784, (512,), 10
+    sizes = [features, *hidden, classes]
+    shapes = [s for a, b in zip(sizes, sizes[1:]) for s in ((a, b), (b,))]  # kernel, bias per layer, as Keras makes them
+    data = wb.datasets.synthetic(examples=2048, features=features, classes=classes)
     with wb.Cluster(engines=2) as cluster:
         # a real MWMS run first: it sets TF_CONFIG and the collective runtime on the engines
         run = cluster.train(wb.models.mlp(hidden), data, strategy="multi_worker_mirrored", workers=2,
@@ -191,7 +187,7 @@ def allreduce(quick, repeats):
     loopback = [loopback_bytes_per_s((64 if quick else 1024) << 20) for _ in range(repeats)]
     size = 4 * sum(math.prod(s) for s in shapes)
     return {
-        "gradients": f"wide MLP 784-512-10: {len(shapes)} tensors, {size} bytes",
+        "gradients": f"wide MLP {'-'.join(map(str, sizes))}: {len(shapes)} tensors, {size} bytes",
         "per-variable all-reduce MB/s": summary([p / 1e6 for p, _ in pairs]),
         "packed all-reduce MB/s": summary([q / 1e6 for _, q in pairs]),
         "loopback TCP MB/s": summary([b / 1e6 for b in loopback]),

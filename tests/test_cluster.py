@@ -1,5 +1,6 @@
 """Real local clusters: start, inventory, stop by PID, attach, start failures, recycling."""
 
+import json
 import os
 import sys
 
@@ -128,3 +129,13 @@ def test_a_killed_kernel_leaves_nothing_running(tmp_path):
     owner.stdin.flush()
     assert owner.wait(30) == -signal.SIGKILL
     _wait_gone(processes, timeout=60)
+
+
+def test_every_engine_state_has_a_description():
+    """``cluster.engines`` and the panel's record describe each TF state an engine can be in,
+    the condemned one included (it once raised IndexError)."""
+    from workbench.kernel.cluster import _describe_state
+
+    worker = json.dumps({"cluster": {}, "task": {"type": "worker", "index": 1}})
+    assert [_describe_state(s) for s in (None, ("local", 0), ("local", 2), ("cluster", worker), ("dirty",))] == [
+        "fresh", "local TF", "local TF (2 logical CPUs)", "cluster worker:1", "unusable, to be replaced"]

@@ -130,7 +130,7 @@ def _drive(page, base, token):
 
 def test_panel_api_refuses_bad_requests(lab):
     base, token, _ = lab
-    for path, code in [("runs/..%2Fetc/stop", 400), ("runs/no-such-run/stop", 404), ("runs/no-such-run/tensorboard", 404)]:
+    for path, code in [("runs/..%2Fetc/stop", 400), ("runs/%2E%2E/stop", 400), ("runs/no-such-run/stop", 404), ("runs/no-such-run/tensorboard", 404)]:
         with pytest.raises(urllib.error.HTTPError) as e:
             api(base, token, path, method="POST")
         assert e.value.code == code, (path, e.value.code)

@@ -13,6 +13,8 @@ import os
 import time
 from pathlib import Path
 
+from workbench.kernel.processes import alive
+
 SPARK_POINTS = 60  # loss points kept per run for the panel's sparkline
 
 
@@ -31,16 +33,8 @@ def _read_json(path):
         return None
 
 
-def pid_alive(pid):
-    if not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _alive(pid):
+    return bool(pid) and alive(int(pid))
 
 
 class _Tail:
@@ -53,7 +47,6 @@ class _Tail:
         self.steps = {}  # worker -> (step, loss, time) of its last row
         self.losses = []  # (step, loss) of every row, thinned
         self.recent = []  # (time, step) of the rows of the last few seconds
-        self.rows = 0
 
     def update(self):
         try:
@@ -71,7 +64,6 @@ class _Tail:
                 continue
             if "step" not in row:
                 continue
-            self.rows += 1
             self.steps[row.get("worker", "")] = (row["step"], row.get("loss"), row.get("time", 0.0))
             if row.get("loss") is not None:
                 self.losses.append((row["step"], row["loss"]))
@@ -108,7 +100,7 @@ class Records:
         result = _read_json(run_dir / "result.json")
         if started is None and result is None:
             return None
-        record = dict(started or {}, **{k: v for k, v in (result or {}).items() if v is not None or k == "error"})
+        record = {**(started or {}), **(result or {})}
         tails = []
         for path in sorted((run_dir / "metrics").glob("*.jsonl")):
             tail = self._tails.setdefault(str(path), _Tail(path))
@@ -124,7 +116,7 @@ class Records:
             steps_per_s = (max(s for _, s in recent) - min(s for _, s in recent)) / (recent[-1][0] - recent[0][0])
         if result is not None:
             status = "failed" if result.get("error") else "stopped" if result.get("stopped") else "finished"
-        elif started is not None and pid_alive(started.get("kernel_pid")):
+        elif started is not None and _alive(started.get("kernel_pid")):
             status = "running"
         else:
             status = "lost"  # its kernel died before the run could record an end
@@ -137,7 +129,7 @@ class Records:
             "workers": record.get("workers"),
             "ps": record.get("ps"),
             "steps": record.get("steps"),
-            "step": record.get("final_step") if result is not None and record.get("final_step") else step,
+            "step": record.get("final_step") or step,  # final_step: written when the run ended
             "loss": newest[1] if newest else None,
             "steps_per_s": steps_per_s if status == "running" else None,
             "sparkline": [loss for _, loss in losses[::stride]][-SPARK_POINTS:],
@@ -157,7 +149,7 @@ class Records:
             c = _read_json(path)
             if c is None:
                 continue
-            if pid_alive(c.get("controller_pid")) or (c.get("controller_pid") is None and pid_alive(c.get("kernel_pid"))):
+            if _alive(c.get("controller_pid")) or (c.get("controller_pid") is None and _alive(c.get("kernel_pid"))):
                 out.append(c)
         return out
 

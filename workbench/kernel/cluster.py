@@ -66,7 +66,6 @@ class Cluster:
         self._retired = set()  # engine ids replaced by recycling
         self._pidfile = None  # the reaper's list of this cluster's PIDs
         self._record = None  # clusters/<id>.json, what the Workbench panel shows
-        self._roles = {}  # engine id -> "role:index" of its latest run
         self._reaper = None
         self._last_engines = {}  # (roles, workers, ps, devices) -> engine ids of its last run
         self.runs = []
@@ -196,7 +195,6 @@ class Cluster:
             self._record = None
         self._info.clear()
         self._state.clear()
-        self._roles.clear()
 
     def _stop_own(self):
         if self._ipp is None:
@@ -273,12 +271,13 @@ class Cluster:
 
     def _write_record(self):
         """``clusters/<id>.json`` under the workbench home: this cluster's engines and
-        their latest roles, for the Workbench panel (``workbench.records``); removed on stop."""
+        their TF state (role of their latest run), for the Workbench panel
+        (``workbench.records``); removed on stop."""
         import os
 
         from workbench import records
 
-        engines = [{"id": eid, "host": e.host, "pid": e.pid, "port": e.port, "role": self._roles.get(eid),
+        engines = [{"id": eid, "host": e.host, "pid": e.pid, "port": e.port, "role": _describe_state(self._state.get(eid)),
                     "device": f"GPU {cvd}" if (cvd := self._env.get(eid, {}).get("CUDA_VISIBLE_DEVICES")) else "CPU"}
                    for eid, e in sorted(self._info.items())]
         record = {"id": self.cluster_tag, "kernel_pid": os.getpid(), "notebook": os.environ.get("JPY_SESSION_NAME"),
@@ -378,7 +377,6 @@ class Cluster:
     def mark(self, tasks):
         for t in tasks:
             self._state[t.engine_id] = roles.fingerprint(t)
-            self._roles[t.engine_id] = f"{t.role}:{t.index}"
         self._write_record()
 
     def recycle(self, engine_ids):
@@ -544,6 +542,8 @@ def _retarget(task, mapping):
 def _describe_state(fp):
     if fp is None:
         return "fresh"
+    if fp == ("dirty",):  # condemned after a failure (``_condemn``), replaced on next use
+        return "unusable, to be replaced"
     if fp[0] == "local":
         return "local TF" + (f" ({fp[1]} logical CPUs)" if fp[1] else "")
     import json

@@ -55,7 +55,6 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
     return Run(cluster, job, tasks, ordered, stall_timeout=stall_timeout, start_timeout=start_timeout)
 
 
-
 def _write_record(cluster, job, tasks):
     """``run.json`` in the run directory: what started, where and from which notebook,
     for the Workbench panel and later kernels (``workbench.records``)."""

@@ -12,10 +12,6 @@ def _jupyter_server_extension_points():
     return [{"module": "workbench.lab"}]
 
 
-def _jupyter_labextension_paths():
-    return [{"src": "../labextension", "dest": "workbench-panel"}]
-
-
 def _load_jupyter_server_extension(serverapp):
     from workbench.lab.handlers import setup
 

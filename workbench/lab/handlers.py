@@ -22,9 +22,9 @@ from tornado import web
 
 from workbench.records import Records
 
-RUN_ID = r"[A-Za-z0-9_.~-]+"  # what a run directory may be called
+RUN_ID = r"[A-Za-z0-9_~-][A-Za-z0-9_.~-]*"  # what a run directory may be called (not "..")
 URL_RUN_ID = r"[^/]+"  # checked against RUN_ID in the handler: a clear 400, not a bare 404
-_boards = {}  # run_id -> (process, url)
+_boards = {}  # run_id -> (process, port)
 
 
 class _Base(APIHandler):
@@ -78,11 +78,10 @@ class TensorBoardHandler(_Base):
         logdir = Path(run["run_dir"]) / "tensorboard"
         if not logdir.is_dir():
             raise web.HTTPError(404, f"run {run_id} wrote no TensorBoard logs ({logdir} is missing)")
-        process, url = _boards.get(run_id, (None, None))
+        process, port = _boards.get(run_id, (None, None))
         if process is None or process.poll() is not None:
-            process, url = _start_tensorboard(logdir)
-            _boards[run_id] = (process, url)
-        port = int(url.rsplit(":", 1)[1].strip("/"))
+            process, port = _start_tensorboard(logdir)
+            _boards[run_id] = (process, port)
         for _ in range(300):  # until TensorBoard accepts connections (at most 60 s)
             if process.poll() is not None:
                 raise web.HTTPError(500, f"TensorBoard exited with code {process.returncode}")
@@ -93,7 +92,7 @@ class TensorBoardHandler(_Base):
                 await asyncio.sleep(0.2)
         else:
             raise web.HTTPError(504, "TensorBoard did not start within 60 s")
-        self.finish(json.dumps({"run_id": run_id, "url": url}))
+        self.finish(json.dumps({"run_id": run_id, "url": f"http://127.0.0.1:{port}/"}))
 
 
 def _free_port():
@@ -119,7 +118,7 @@ def _start_tensorboard(logdir):
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
     )
-    return process, f"http://127.0.0.1:{port}/"
+    return process, port
 
 
 @atexit.register
