@@ -30,6 +30,9 @@ def test_start_reports_engines_and_stop_leaves_no_process():
         env = c.client[:].apply_sync(_engine_env)
         assert [e[0] for e in env] == ["use_caller"] * 2
         assert len({e[1] for e in env}) == 2 and all(e[2] for e in env)
+        # that import left out Keras's optional scikit-learn and matplotlib, which any code
+        # on the engine can still import
+        assert [e[3] for e in env] == [(False, False, True)] * 2
         # the workbench's own profile, not the user's IPython directory
         assert c._ipp.profile_dir.startswith(os.environ["WORKBENCH_HOME"])
     assert not c.running
@@ -41,7 +44,13 @@ def _engine_env():
     import os
     import sys
 
-    return os.environ.get("GRPC_FAIL_FAST"), os.environ["TMPDIR"], "tensorflow" in sys.modules
+    started = "tensorflow" in sys.modules
+    import tensorflow  # noqa: F401 - waits for the start-up import
+
+    left_out = ("sklearn" in sys.modules, "matplotlib" in sys.modules)
+    from sklearn.datasets import load_digits
+
+    return os.environ.get("GRPC_FAIL_FAST"), os.environ["TMPDIR"], started, left_out + (len(load_digits().data) > 0,)
 
 
 def test_engines_that_exit_at_start_raise_with_their_output():
