@@ -7,6 +7,7 @@ import math
 import os
 import time
 
+from workbench.common.job import UNROLL_MIN_STEPS
 from workbench.engine import build, placement
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
@@ -246,9 +247,6 @@ def finish(model, job, ctx, pub, board, manager, done, stopped, **checkpoint_inf
     pub.close()
     return {"rows": pub.rows, "events": pub.events, "final_step": done, "stopped": stopped,
             "evaluation": evaluation, "weights": weights}
-
-
-UNROLL_MIN_STEPS = 2000  # parameter-server runs at least this long unroll their steps
 
 
 def train_parameter_server(job, ctx):

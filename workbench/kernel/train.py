@@ -11,7 +11,7 @@ import numpy as np
 
 from workbench import schedules
 from workbench.common import validate
-from workbench.common.job import Job
+from workbench.common.job import Job, default_steps_per_execution
 from workbench.datasets import Data
 from workbench.engine import strategies
 from workbench.errors import invalid
@@ -63,7 +63,7 @@ def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum
     if steps_per_execution is None:
         # several steps per tf.function call (per scheduled function under PS): the Python
         # round trip per call costs as much as a small model's step; metrics stay per step
-        steps_per_execution = 10
+        steps_per_execution = default_steps_per_execution(strategy, steps)
     steps_per_execution = validate.positive_int("steps_per_execution", steps_per_execution)
     checkpoint_every = validate.positive_int("checkpoint_every", checkpoint_every, minimum=0)
     eval_every = validate.positive_int("eval_every", eval_every, minimum=0)
