@@ -59,9 +59,10 @@ def plots():
     drawn.append("strategies.png")
 
     peer = _load("versus_peer")["results"]
-    targets = {("digits", "MWMS"): 0.98, ("wide", "MWMS"): 0.98, ("digits", "PSS"): 1.8, ("wide", "PSS"): 1.25}
+    targets = {("digits", "MWMS"): 0.98, ("wide", "MWMS"): 0.98, ("digits", "PSS"): 1.8, ("wide", "PSS"): 1.25,
+               ("wide_2000", "PSS"): 1.25}
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.2))
-    rows = [(w, label, r) for w in ("digits", "wide") if w in peer for label, r in peer[w].items()]
+    rows = [(w, label, r) for w in ("digits", "wide", "wide_2000") if w in peer for label, r in peer[w].items()]
     for ax, kind in zip(axes, ("MWMS", "PSS")):
         picked = [(w, label, r) for w, label, r in rows if label.startswith(kind)]
         if not picked:

@@ -2,11 +2,12 @@
 (bench/peer_task.py), same model, data, global batch and topology, launched by hand with
 TF_CONFIG. Every figure is a ratio of two things measured in this run, alternated.
 
-    python bench/versus_peer.py           # full: ~8 minutes on 2 cores
+    python bench/versus_peer.py           # full: ~12 minutes on 2 cores
     python bench/versus_peer.py --quick   # smoke: a few steps each, digits only
 
 - MWMS, 2 workers, dashboard on: workbench steps/s over the peer's;
-- PSS, 1 PS + 2 workers: workbench defaults over the tutorial's one step per schedule;
+- PSS, 1 PS + 2 workers: workbench defaults over the tutorial's one step per schedule
+  (the wide MLP at 300 steps, which the workbench runs looped, and at 2,000, unrolled);
 - memory: each engine's resident set after training, by role;
 - cold start, ``Cluster(...)`` to the first finished step (2 workers + 1 PS), against the
   peer's process launch to its first step; re-run of the same topology in a live cluster;
@@ -84,8 +85,9 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=None)
     args = p.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
-    # digits runs 3000 steps: parameter-server runs of 2000 steps or more unroll their calls
-    steps = {"digits": 40 if args.quick else 3000, "wide": 20 if args.quick else 300}
+    # digits runs 3000 steps: parameter-server runs of 2000 steps or more unroll their calls;
+    # the wide MLP runs 300 steps (looped) and, PSS only, 2000 (unrolled)
+    steps = {"digits": 40 if args.quick else 3000, "wide": 20 if args.quick else 300, "wide_2000": 2000}
     results, t_all = {}, time.time()
 
     # cold start: the peer's processes against a fresh Cluster, both to the first finished step
@@ -116,16 +118,16 @@ def main(argv=None):
         "workbench different topology (recycle) (s)": summary(recycle),
     }
 
-    for wname, (model, data, batch) in workloads().items():
-        if args.quick and wname != "digits":
-            continue
+    mwms = ("MWMS 2 workers (dashboard on)", "mwms", dict(strategy="multi_worker_mirrored", workers=2))
+    pss = ("PSS 1 PS + 2 workers (workbench defaults vs 1 step/schedule)", "pss",
+           dict(strategy="parameter_server", workers=2, ps=1))
+    plans = [("digits", "digits", [mwms, pss])] + ([] if args.quick else [
+        ("wide", "wide", [mwms, pss]), ("wide_2000", "wide", [pss])])
+    for wname, workload, runs in plans:
+        model, data, batch = workloads()[workload]
         rows = {}
         with wb.Cluster(engines=4) as cluster:
-            for label, kind, options in [
-                ("MWMS 2 workers (dashboard on)", "mwms", dict(strategy="multi_worker_mirrored", workers=2)),
-                ("PSS 1 PS + 2 workers (workbench defaults vs 1 step/schedule)", "pss",
-                 dict(strategy="parameter_server", workers=2, ps=1)),
-            ]:
+            for label, kind, options in runs:
                 ours, theirs, ratios = [], [], []
                 for _ in range(repeats):  # alternated: workbench, peer, workbench, peer, ...
                     run = cluster.train(model, data, global_batch_size=batch, steps=steps[wname],
@@ -134,7 +136,7 @@ def main(argv=None):
                         run.dashboard()  # the widget and its 4 Hz update thread, as in a notebook
                     run.wait()
                     ours.append(steady(run))
-                    theirs.append(peer.run(kind, wname, steps[wname])["steps_per_s"])
+                    theirs.append(peer.run(kind, workload, steps[wname])["steps_per_s"])
                     ratios.append(ours[-1] / theirs[-1])
                 rows[label] = {"workbench steps/s": summary(ours), "peer steps/s": summary(theirs),
                                "ratio": summary(ratios), "engine RSS after training (MB)": rss(cluster, run)}
@@ -148,12 +150,12 @@ def main(argv=None):
     lines = ["| figure | median [min-max] |", "| --- | --- |"]
     for name, s in results["start"].items():
         lines.append(f"| {name} | {s['median']:.2f} [{s['min']:.2f}-{s['max']:.2f}] |")
-    for wname in [w for w in ("digits", "wide") if w in results]:
+    for wname in [w for w in ("digits", "wide", "wide_2000") if w in results]:
         for label, r in results[wname].items():
             q = r["ratio"]
             lines.append(f"| {wname}: {label}, workbench / peer | x{q['median']:.2f} [{q['min']:.2f}-{q['max']:.2f}] "
                          f"({r['workbench steps/s']['median']:.0f} vs {r['peer steps/s']['median']:.0f} steps/s) |")
-    for wname in [w for w in ("digits", "wide") if w in results]:
+    for wname in [w for w in ("digits", "wide", "wide_2000") if w in results]:
         for label, r in results[wname].items():
             memory = ", ".join(f"{k} {v}" for k, v in r["engine RSS after training (MB)"].items())
             lines.append(f"| {wname}: {label}, engine RSS after training (MB) | {memory} |")
