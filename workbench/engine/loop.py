@@ -259,8 +259,9 @@ def train_parameter_server(job, ctx):
     worker_index = tf.distribute.coordinator.experimental_get_current_worker_index
     fn = build.dataset_fn(job, start_step=0, worker_index=worker_index, num_workers=job.workers)
     # each worker's own tf.data pipeline, given the input context distribute_datasets_from_function
-    # would give it (one pipeline per worker); through that wrapper instead, each run's first
-    # step came 0.2 s later and its end could wait seconds on its iterator's remote finalizer
+    # would give it (one pipeline per worker); through that wrapper instead, a re-run's first
+    # step came 0.3 s later, and removing its iterator's remote finalizer at the end of a
+    # 3,000-step run blocked the chief for 2.3 s
     context = tf.distribute.InputContext(1, 0, strategy.num_replicas_in_sync)
     per_worker = coordinator.create_per_worker_dataset(lambda: fn(context))
     iterator = iter(per_worker)
