@@ -74,9 +74,11 @@ def test_a_lost_parameter_server_worker_is_replaced_and_the_run_completes(cluste
     assert again.final_step == 100
 
 
+# bound: the error instead of a hang. wait() raises it after replacing the lost engine
+# (~6 s of a lost chief's 9 s here), so a loaded machine needs the margin
 @pytest.mark.parametrize("strategy,role,index,bound", [
-    ("parameter_server", "ps", 0, 10),
-    ("parameter_server", "chief", 0, 10),
+    ("parameter_server", "ps", 0, 20),
+    ("parameter_server", "chief", 0, 20),
     ("multi_worker_mirrored", "worker", 1, 60),
 ])
 def test_a_lost_task_fails_fast_naming_it_and_resume_completes_exactly(cluster, strategy, role, index, bound):
