@@ -62,7 +62,7 @@ def plots():
     targets = {("digits", "MWMS"): 0.98, ("wide", "MWMS"): 0.98, ("digits", "PSS"): 1.8, ("wide", "PSS"): 1.25,
                ("wide_2000", "PSS"): 1.25}
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.2))
-    rows = [(w, label, r) for w in ("digits", "wide", "wide_2000") if w in peer for label, r in peer[w].items()]
+    rows = [(w, label, r) for w, by_label in peer.items() if w != "start" for label, r in by_label.items()]
     for ax, kind in zip(axes, ("MWMS", "PSS")):
         picked = [(w, label, r) for w, label, r in rows if label.startswith(kind)]
         if not picked:

@@ -147,15 +147,16 @@ def main(argv=None):
             "cpus": __import__("os").cpu_count(), "python": sys.version.split()[0]}
     OUT.mkdir(exist_ok=True)
     (OUT / "versus_peer.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    workloads_run = [w for w in results if w != "start"]  # in the order they ran
     lines = ["| figure | median [min-max] |", "| --- | --- |"]
     for name, s in results["start"].items():
         lines.append(f"| {name} | {s['median']:.2f} [{s['min']:.2f}-{s['max']:.2f}] |")
-    for wname in [w for w in ("digits", "wide", "wide_2000") if w in results]:
+    for wname in workloads_run:
         for label, r in results[wname].items():
             q = r["ratio"]
             lines.append(f"| {wname}: {label}, workbench / peer | x{q['median']:.2f} [{q['min']:.2f}-{q['max']:.2f}] "
                          f"({r['workbench steps/s']['median']:.0f} vs {r['peer steps/s']['median']:.0f} steps/s) |")
-    for wname in [w for w in ("digits", "wide", "wide_2000") if w in results]:
+    for wname in workloads_run:
         for label, r in results[wname].items():
             memory = ", ".join(f"{k} {v}" for k, v in r["engine RSS after training (MB)"].items())
             lines.append(f"| {wname}: {label}, engine RSS after training (MB) | {memory} |")
