@@ -133,3 +133,16 @@ def test_a_collective_group_is_reused_whole_or_not_at_all():
     ps = roles.plan(engines, ("chief", "ps", "worker"), workers=1, ps=1, multi_engine=True)
     ps_state = {t.engine_id: roles.fingerprint(t) for t in ps}
     assert roles.engines_to_recycle(ps, {**ps_state, 0: None}) == []
+
+
+def test_tf_ports_come_from_below_the_ephemeral_range_so_no_outgoing_connection_holds_them():
+    import socket
+
+    from workbench.engine import inventory
+
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    ports = {inventory.free_port() for _ in range(20)}
+    assert all(1024 <= p < low for p in ports), ports
+    for p in ports:  # free on every interface, as TF's server needs
+        with socket.socket() as s:
+            s.bind(("", p))

@@ -1,6 +1,7 @@
 """What an engine reports about itself, found without TensorFlow."""
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -18,7 +19,7 @@ def report(controller_host="127.0.0.1"):
         "host": socket.gethostname(),
         "address": _route_address(controller_host),
         "pid": os.getpid(),
-        "port": _free_port(),
+        "port": free_port(),
         "gpus": _gpus(),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "tmp": tempfile.gettempdir(),
@@ -37,11 +38,32 @@ def _route_address(controller_host):
             return socket.gethostbyname(socket.gethostname())
 
 
-def _free_port():
-    # TF's gRPC server binds every interface, so reserve the port on every interface.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def free_port():
+    """A port free on every interface (TF's gRPC server binds them all), below the
+    system's ephemeral range. A port from that range, once free, may become the local end
+    of any outgoing connection, which blocks a server from listening on it until that
+    connection and its TIME_WAIT end: a replacement engine that must take over a dead
+    engine's port then failed with "Could not start gRPC server" (seen in CI)."""
+    low = _ephemeral_low()
+    for _ in range(100):
+        port = random.randrange(max(1024, low - 16384), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # all tried were taken
         s.bind(("", 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default; macOS and Windows start theirs higher
 
 
 def _gpus():

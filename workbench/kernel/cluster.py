@@ -249,11 +249,15 @@ class Cluster:
         """
         ids = list(ids)
         reports = self.client[ids].apply_async(inventory.report, self._controller_host()).get(timeout=self.timeout)
+        taken = {(e.host, e.port) for e in self._info.values()}
         for eid, r in zip(ids, reports):
             reuse = (keep_ports or {}).get(r["host"])
+            port = reuse.pop(0) if reuse else r["port"]
+            while (r["host"], port) in taken:  # engines on one host pick ports independently
+                port = self.client[eid].apply_sync(inventory.free_port)
+            taken.add((r["host"], port))
             self._info[eid] = roles.EngineInfo(
-                id=eid, host=r["host"], address=r["address"], pid=r["pid"],
-                port=reuse.pop(0) if reuse else r["port"],
+                id=eid, host=r["host"], address=r["address"], pid=r["pid"], port=port,
                 gpus=tuple(r["gpus"]), cpus=r["cpus"], tmp=r["tmp"],
             )
             self._state[eid] = None
