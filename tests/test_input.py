@@ -48,3 +48,20 @@ def test_a_resumed_pipeline_starts_where_the_checkpoint_left_off():
     full = batches(build.dataset_fn(j), 2, 1, 9)
     resumed = batches(build.dataset_fn(j, start_step=5), 2, 1, 4)
     assert [b.tolist() for b in resumed] == [b.tolist() for b in full[5:]]
+
+
+def test_pipelines_run_without_the_autotune_model_thread_whose_deletion_stalled_runs():
+    def users_fn(ctx):
+        return tf.data.Dataset.range(10).batch(2).prefetch(tf.data.AUTOTUNE)
+
+    ctx = tf.distribute.InputContext(1, 0, 1)
+    for fn in (build.dataset_fn(job()), build.dataset_fn(job(data=users_fn))):
+        ds = fn(ctx)
+        assert ds.options().autotune.enabled is False
+        assert len(list(ds.take(3))) == 3
+
+
+def test_a_dataset_fn_that_returns_no_dataset_is_named_in_the_error():
+    fn = build.dataset_fn(job(data=lambda ctx: np.zeros(3)))
+    with pytest.raises(TypeError, match=r"data: the dataset_fn returned ndarray; expected a tf.data.Dataset"):
+        fn(tf.distribute.InputContext(1, 0, 1))
