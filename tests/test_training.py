@@ -161,6 +161,21 @@ def test_parameter_server_steps_report_their_staleness(cluster):
     assert stale.max() <= 2 * 2 * 10
 
 
+def test_back_to_back_parameter_server_runs_leave_no_threads_behind_on_the_chief(cluster):
+    """The chief keeps one strategy and coordinator for runs on the same servers: TF never
+    frees a ClusterCoordinator, and each new one used to leave its 3 threads behind."""
+    import threading
+
+    counts = []
+    for _ in range(3):
+        run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
+                            steps=20, checkpoint_every=0).wait(timeout=300)
+        assert run.final_step == 20
+        chief = next(t for t in run.tasks if t.role == "chief")
+        counts.append(cluster.client[chief.engine_id].apply_sync(threading.active_count))
+    assert counts[0] == counts[1] == counts[2], counts
+
+
 def test_parameter_server_reaches_90_percent_on_digits(cluster):
     run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=128,
                         steps=300, learning_rate=0.1, checkpoint_every=0).wait(timeout=300)
