@@ -93,7 +93,7 @@ def dataset_fn(job, start_step=0, worker_index=None, num_workers=1):
     model thread (``autotune.enabled = False``; prefetch buffers still size themselves).
     Deleting an iterator waits for that thread, which sleeps through its optimisation
     period without waking (TF 2.21): after long parameter-server runs the next run's
-    start, or a run's end, waited 1-40 s with no process using CPU.
+    start, or a run's end, waited 1.5-41 s with no process using CPU.
     """
     make = _user_or_own(job, worker_index, num_workers, start_step)
 
