@@ -85,7 +85,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=None)
     args = p.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
-    # digits runs 3000 steps: parameter-server runs of 2000 steps or more unroll their calls;
+    # digits runs 3000 steps: parameter-server runs of 1000 steps or more unroll their calls;
     # the wide MLP runs 300 steps (looped) and, PSS only, 2000 (unrolled)
     steps = {"digits": 40 if args.quick else 3000, "wide": 20 if args.quick else 300, "wide_2000": 2000}
     results, t_all = {}, time.time()

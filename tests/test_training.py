@@ -161,6 +161,24 @@ def test_parameter_server_steps_report_their_staleness(cluster):
     assert stale.max() <= 2 * 2 * 10
 
 
+def test_unrolled_parameter_server_steps_are_the_looped_steps(cluster):
+    """Runs of UNROLL_MIN_STEPS or more write their calls' steps out in chunks of inner
+    functions (7 steps per call: a chunk of 5, then 2); shorter runs loop. With one worker
+    the updates come in a fixed order, so both must train the same steps on the same data."""
+    from workbench.common.job import UNROLL_MIN_STEPS
+
+    args = dict(strategy="parameter_server", workers=1, ps=1, global_batch_size=64, steps_per_execution=7,
+                checkpoint_every=0, seed=3)
+    looped = cluster.train(MLP, DIGITS, steps=UNROLL_MIN_STEPS - 1, **args).wait(timeout=300)
+    unrolled = cluster.train(MLP, DIGITS, steps=UNROLL_MIN_STEPS, **args).wait(timeout=300)
+    assert unrolled.final_step == UNROLL_MIN_STEPS
+    a = looped.history.sort_values("step").loss.to_numpy()
+    b = unrolled.history.sort_values("step").loss.to_numpy()
+    assert len(a) == UNROLL_MIN_STEPS - 1 and len(b) == UNROLL_MIN_STEPS
+    np.testing.assert_allclose(b[:100], a[:100], rtol=1e-4)
+    assert abs(b[-200:-1].mean() - a[-199:].mean()) < 0.05 * a[-199:].mean() + 1e-3
+
+
 def test_back_to_back_parameter_server_runs_leave_no_threads_behind_on_the_chief(cluster):
     """The chief keeps one strategy and coordinator for runs on the same servers: TF never
     frees a ClusterCoordinator, and each new one used to leave its 3 threads behind."""

@@ -82,9 +82,9 @@ def test_the_good_arguments_pass():
 
 def test_long_parameter_server_runs_default_to_20_steps_per_call():
     pss = {**GOOD, "strategy": "parameter_server", "ps": 1}
-    assert make_job(4, **{**pss, "steps": 1999}).steps_per_execution == 10
-    assert make_job(4, **{**pss, "steps": 2000}).steps_per_execution == 20
-    assert make_job(4, **{**pss, "steps": 2000, "steps_per_execution": 7}).steps_per_execution == 7
+    assert make_job(4, **{**pss, "steps": 999}).steps_per_execution == 10
+    assert make_job(4, **{**pss, "steps": 1000}).steps_per_execution == 20
+    assert make_job(4, **{**pss, "steps": 1000, "steps_per_execution": 7}).steps_per_execution == 7
     assert make_job(4, **{**GOOD, "steps": 5000}).steps_per_execution == 10  # synchronous runs
 
 

@@ -12,6 +12,8 @@ from workbench.engine import build, placement
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
 
+UNROLL_CHUNK = 5  # unrolled steps per inner tf.function: see _steps_fn
+
 
 def check_loss(loss, step, worker, job):
     """A NaN or infinite loss ends the run with an error saying so, at the step it appeared."""
@@ -202,19 +204,31 @@ def _steps_fn(strategy, step_fn, outputs=2, unroll=False):
     after the other instead of a ``tf.while_loop``. Parameter-server steps need it: a while
     loop whose body reads and updates variables on PS tasks runs as a loop split across
     devices, which pays extra round trips every iteration (1 PS + 2 workers, digits MLP,
-    10 steps per function: x1.2-1.5 steps/s unrolled, measured here)."""
+    10 steps per function: x1.2-1.5 steps/s unrolled, measured here). The unrolled steps
+    are traced ``UNROLL_CHUNK`` at a time, as one inner ``tf.function`` called ``n / 5``
+    times: with all ``n`` traced in the outer function, the first unrolled call took
+    1.8-3.1 s (digits MLP, 20 steps), in chunks of 5 1.0-1.1 s, at 391-474 steps/s against
+    413-510 (alternated runs; this machine's noise). One step per inner function ran
+    x0.75-0.96 slower: each call waits for all of the previous call's variable updates."""
     import tensorflow as tf
 
     def local_sum(value):
         return tf.add_n(strategy.experimental_local_results(value))
 
+    def steps_on(batches):
+        rows = []
+        for x, y in batches:
+            values = strategy.run(step_fn, args=(x, y))
+            rows.append([local_sum(v) for v in values])
+        return rows
+
+    chunk = tf.function(steps_on)
+
     def run_steps(iterator, n):
         if unroll:
             rows = []
-            for _ in range(n):
-                x, y = next(iterator)
-                values = strategy.run(step_fn, args=(x, y))
-                rows.append([local_sum(v) for v in values])
+            for i in range(0, n, UNROLL_CHUNK):
+                rows += chunk([next(iterator) for _ in range(min(UNROLL_CHUNK, n - i))])
             return tf.stack([tf.stack([r[k] for r in rows]) for k in range(outputs)])
         columns = [tf.TensorArray(tf.float32, size=n) for _ in range(outputs)]
         for i in tf.range(n):
@@ -304,8 +318,8 @@ def _train_parameter_server(job, ctx, strategy, coordinator):
     def run_unrolled(iterator, n):
         return worker_index(), unrolled(iterator, n)
 
-    # Unrolled calls run x1.2-1.5 faster but their trace costs ~2 s here: worth it from
-    # ~2,000 steps (measured break-even on 2 cores: 2,100); shorter runs stay looped.
+    # Unrolled calls run x1.2-1.5 faster but their trace and first call cost 1.0-1.6 s
+    # here: worth it from ~1,000 steps (see UNROLL_MIN_STEPS); shorter runs stay looped.
     unroll = job.steps - start >= UNROLL_MIN_STEPS
 
     def schedule(n):
