@@ -35,6 +35,11 @@ class Task:
     devices: int = 0  # logical CPU devices a local run splits the engine into (0: as found)
 
     @property
+    def name(self):
+        """``"role:index"``: how metrics, results and errors name the task."""
+        return f"{self.role}:{self.index}"
+
+    @property
     def tf_config_json(self):
         return json.dumps(self.tf_config, sort_keys=True) if self.tf_config else ""
 

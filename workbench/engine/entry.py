@@ -19,7 +19,7 @@ def run_task(payload, task):
         os.environ["TF_CONFIG"] = task.tf_config_json
     else:
         os.environ.pop("TF_CONFIG", None)
-    name = f"{task.role}:{task.index}"
+    name = task.name
     chief_role = "chief" if "chief" in strategies.get(job.strategy).ROLES else None
     is_chief = task.role == chief_role if chief_role else task.index == 0
     ctx = {

@@ -13,7 +13,7 @@ def variables(m, task):
                 "shape": tuple(int(d) for d in part.shape),
                 "bytes": int(np.prod(part.shape)) * tf.as_dtype(part.dtype).size,
                 "device": _device(part),
-                "reported_by": f"{task.role}:{task.index}",
+                "reported_by": task.name,
             })
     return rows
 

@@ -25,7 +25,7 @@ class Dashboard:
         self.interval = interval
         self.smoothing = smoothing
         self.baseline = baseline  # examples/s of one worker alone (a number or a finished Run)
-        self.workers = [f"{t.role}:{t.index}" for t in run.tasks if t.role in ("worker", "local")]
+        self.workers = [t.name for t in run.tasks if t.role in ("worker", "local")]
         self.updates = 0
         self._display_id = None
         self._stopping = False

@@ -33,7 +33,7 @@ class EngineWatch:
             return None
         self._last_check = now
         for t in list(self.run.tasks):
-            name = f"{t.role}:{t.index}"
+            name = t.name
             busy = name in self._threads and self._threads[name].is_alive()
             if busy or self.run.cluster._engine_alive(t.engine_id):
                 continue
@@ -51,7 +51,7 @@ class EngineWatch:
 
     def lost(self, task):
         """The error for a task whose engine died."""
-        run, name = self.run, f"{task.role}:{task.index}"
+        run, name = self.run, task.name
         info = run.cluster._info.get(task.engine_id)
         saved = [e["step"] for e in run._events if e["kind"] == "checkpoint"]
         resume = (f"its last checkpoint is at step {max(saved)}" if saved else "it saved no checkpoint yet")
@@ -64,7 +64,7 @@ class EngineWatch:
     def _replace(self, task):
         from workbench.kernel.cluster import _retarget
 
-        run, name = self.run, f"{task.role}:{task.index}"
+        run, name = self.run, task.name
         try:
             mapping = run.cluster.recycle([task.engine_id])
             new = _retarget(task, mapping)

@@ -282,7 +282,7 @@ class Run:
             last = {}
             for (w, s) in self._rows:
                 last[w] = max(last.get(w, 0), s)
-        names = [f"{t.role}:{t.index}" for t in self.tasks]
+        names = [t.name for t in self.tasks]
         behind = min(names, key=lambda n: last.get(n, 0))
         return (f"Run {self.id} made no progress for {limit:.0f} s (stall_timeout); the worker furthest "
                 f"behind is {behind} (engine {self._engine_of(behind)}, last step {last.get(behind, 0)}); "
@@ -290,7 +290,7 @@ class Run:
 
     def _engine_of(self, name):
         for t in self.tasks:
-            if f"{t.role}:{t.index}" == name:
+            if t.name == name:
                 return t.engine_id
         return None
 
@@ -298,7 +298,7 @@ class Run:
         try:
             result = ar.get()
         except Exception as e:
-            task = next(t for t in self.tasks if f"{t.role}:{t.index}" == name)
+            task = next(t for t in self.tasks if t.name == name)
             if not self.cluster._engine_alive(task.engine_id):  # ipyparallel: "Engine N died while ..."
                 self._error = self._engines.lost(task)
                 return
@@ -319,7 +319,7 @@ class Run:
 
     def _swap_task(self, old, new, ar):
         """A replacement engine took over ``old``'s task; its result is collected afresh."""
-        name = f"{old.role}:{old.index}"
+        name = old.name
         with self._lock:
             self.tasks = [new if t is old else t for t in self.tasks]
             self._results[name] = ar
