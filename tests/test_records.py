@@ -33,6 +33,21 @@ def test_a_run_read_from_its_files_as_it_grows_and_ends(tmp_path):
     assert (r["status"], r["step"], r["steps_per_s"]) == ("stopped", 11, None)
 
 
+def test_polling_keeps_read_offsets_only_for_the_runs_it_lists(tmp_path):
+    import shutil
+
+    book = records.Records(tmp_path)
+    for name in ("a", "b", "c"):
+        run_dir = tmp_path / "runs" / name
+        (run_dir / "metrics").mkdir(parents=True)
+        records.write_json(run_dir / "result.json", {"final_step": 1})
+        _write(run_dir / "metrics" / "worker:0.jsonl", [{"step": 1, "worker": "worker:0", "loss": 1.0, "time": 1.0}])
+    assert [r["run_id"] for r in book.runs()] == ["c", "b", "a"] and len(book._tails) == 3
+    shutil.rmtree(tmp_path / "runs" / "b")
+    assert [r["run_id"] for r in book.runs(limit=1)] == ["c"]
+    assert [key[0] for key in book._tails] == [str(tmp_path / "runs" / "c")]
+
+
 def test_a_run_whose_kernel_died_unrecorded_is_lost_and_a_failure_shows(tmp_path):
     dead = tmp_path / "runs" / "b"
     (dead / "metrics").mkdir(parents=True)

@@ -92,6 +92,10 @@ class Records:
             dirs = sorted((d for d in runs_dir.iterdir() if d.is_dir()), key=lambda d: d.name, reverse=True)
         except OSError:
             return []
+        listed = {str(d) for d in dirs[:limit]}
+        # forget the files of runs deleted or no longer among the newest: polling for hours
+        # over many runs keeps only what it lists
+        self._tails = {key: tail for key, tail in self._tails.items() if key[0] in listed}
         return [r for r in (self.run(d) for d in dirs[:limit]) if r is not None]
 
     def run(self, run_dir):
@@ -103,7 +107,7 @@ class Records:
         record = {**(started or {}), **(result or {})}
         tails = []
         for path in sorted((run_dir / "metrics").glob("*.jsonl")):
-            tail = self._tails.setdefault(str(path), _Tail(path))
+            tail = self._tails.setdefault((str(run_dir), path.name), _Tail(path))
             tail.update()
             tails.append(tail)
         last = [s for t in tails for s in t.steps.values()]
