@@ -1,9 +1,15 @@
 """Fixtures shared by the suite. Real clusters always stop (finalizers) and leave no PID."""
 
 import os
+import secrets
+import shutil
+import subprocess
+import sys
 import tempfile
+import urllib.request
 
 import pytest
+from browser_tools import CHROMIUM, ROOT, free_port, wait_for
 
 # Profiles, connection files and run directories of the suite live in a private place,
 # never in the user's ~/.ipython or ~/.workbench.
@@ -25,3 +31,57 @@ def cluster():
     from workbench.kernel.processes import alive as _alive
 
     assert not [p for p in pids if _alive(p)], "engines left running after stop()"
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """JupyterLab on 127.0.0.1 with a token, serving a copy of the notebooks."""
+    assert os.path.exists(CHROMIUM), "Debian's chromium is needed: apt-get install chromium (.ci/run does)"
+    root = tmp_path / "root"
+    shutil.copytree(ROOT / "notebooks", root)
+    port, token = free_port(), secrets.token_hex(16)
+    env = dict(os.environ, WORKBENCH_HOME=str(tmp_path / "home"), JUPYTER_CONFIG_DIR=str(tmp_path / "config"))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
+         "--LabApp.news_url=", "--ServerApp.open_browser=False", "--allow-root"],
+        stdout=open(tmp_path / "lab.log", "wb"), stderr=subprocess.STDOUT, env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def up():
+        try:
+            return urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2).status == 200
+        except OSError:
+            return server.poll() is not None
+
+    try:
+        wait_for(up, 120, lambda: (tmp_path / "lab.log").read_text()[-2000:])
+        assert server.poll() is None, (tmp_path / "lab.log").read_text()[-3000:]
+        yield base, token, server
+    finally:
+        from workbench.kernel.processes import alive, family
+
+        processes = family([server.pid])
+        server.terminate()  # the server shuts its kernels down; each stops its cluster
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        wait_for(lambda: not [p for p in processes if alive(p)], 60,
+                 lambda: f"processes left behind by the notebook: {[p for p in processes if alive(p)]}")
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run", "--disable-quic"])
+        try:
+            yield b
+        finally:
+            b.close()

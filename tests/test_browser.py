@@ -3,108 +3,10 @@ Playwright): the dashboard's loss chart gains points while training runs, its pl
 view names the PS task, its Stop button stops the run. Then the notebook loads in
 Notebook 7. A screenshot is saved under build/screenshots/."""
 
-import json
-import os
-import secrets
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
-
 import pytest
+from browser_tools import SHOTS, accept_dialogs, run_menu, start_session, wait_for
 
-from workbench.kernel.processes import alive, family
-
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SHOTS = ROOT / "build" / "screenshots"
 pytestmark = pytest.mark.cluster
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(condition, timeout, what):
-    end = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what()}")
-        time.sleep(0.2)
-
-
-@pytest.fixture
-def lab(tmp_path):
-    """JupyterLab on 127.0.0.1 with a token, serving a copy of the notebooks."""
-    assert os.path.exists(CHROMIUM), "Debian's chromium is needed: apt-get install chromium (.ci/run does)"
-    root = tmp_path / "root"
-    shutil.copytree(ROOT / "notebooks", root)
-    port, token = free_port(), secrets.token_hex(16)
-    env = dict(os.environ, WORKBENCH_HOME=str(tmp_path / "home"), JUPYTER_CONFIG_DIR=str(tmp_path / "config"))
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
-         "--LabApp.news_url=", "--ServerApp.open_browser=False", "--allow-root"],
-        stdout=open(tmp_path / "lab.log", "wb"), stderr=subprocess.STDOUT, env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def up():
-        try:
-            return urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2).status == 200
-        except OSError:
-            return server.poll() is not None
-
-    try:
-        wait_for(up, 120, lambda: (tmp_path / "lab.log").read_text()[-2000:])
-        assert server.poll() is None, (tmp_path / "lab.log").read_text()[-3000:]
-        yield base, token, server
-    finally:
-        processes = family([server.pid])
-        server.terminate()  # the server shuts its kernels down; each stops its cluster
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        wait_for(lambda: not [p for p in processes if alive(p)], 60,
-                 lambda: f"processes left behind by the notebook: {[p for p in processes if alive(p)]}")
-
-
-@pytest.fixture
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run", "--disable-quic"])
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-def run_menu(page, item):
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text=item).first.click()
-
-
-def accept_dialogs(page):
-    """Accept JupyterLab's dialogs ("Select Kernel": the preferred one), as a user would.
-    Always true, so it can lead a wait condition."""
-    accept = page.locator(".jp-Dialog .jp-mod-accept")
-    if accept.count():
-        accept.first.click()
-    return True
 
 
 def loss_points(page, index):
@@ -139,15 +41,6 @@ def test_quickstart_dashboard_in_jupyterlab_and_notebook7(lab, browser, tmp_path
     nb7.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     wait_for(lambda: "Quickstart" in nb7.locator(".jp-Notebook").inner_text(), 60, lambda: "the quickstart in Notebook 7")
     nb7.screenshot(path=str(SHOTS / "notebook7.png"))
-
-
-def start_session(base, token, path):
-    """Start the notebook's kernel through Jupyter's REST API; JupyterLab attaches to it."""
-    body = json.dumps({"path": path, "type": "notebook", "name": path, "kernel": {"name": "python3"}}).encode()
-    req = urllib.request.Request(f"{base}/api/sessions?token={token}", data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())["kernel"]["id"]
 
 
 def _drive_quickstart(page, base, token):

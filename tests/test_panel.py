@@ -10,7 +10,7 @@ import urllib.request
 import nbformat
 import pytest
 
-from test_browser import SHOTS, accept_dialogs, browser, lab, run_menu, start_session, wait_for  # noqa: F401
+from browser_tools import SHOTS, accept_dialogs, run_menu, start_session, wait_for
 
 pytestmark = pytest.mark.cluster
 
