@@ -71,7 +71,7 @@ def _rss():
 
 def rss(cluster, run):
     """Resident memory of each task's engine after the run, in MB."""
-    return {f"{t.role}:{t.index}": round(cluster.client[t.engine_id].apply_sync(_rss) / 1e6)
+    return {t.name: round(cluster.client[t.engine_id].apply_sync(_rss) / 1e6)
             for t in run.tasks}
 
 

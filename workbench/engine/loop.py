@@ -206,10 +206,13 @@ def _steps_fn(strategy, step_fn, outputs=2, unroll=False):
     devices, which pays extra round trips every iteration (1 PS + 2 workers, digits MLP,
     10 steps per function: x1.2-1.5 steps/s unrolled, measured here). The unrolled steps
     are traced ``UNROLL_CHUNK`` at a time, as one inner ``tf.function`` called ``n / 5``
-    times: with all ``n`` traced in the outer function, the first unrolled call took
-    1.8-3.1 s (digits MLP, 20 steps), in chunks of 5 1.0-1.1 s, at 391-474 steps/s against
-    413-510 (alternated runs; this machine's noise). One step per inner function ran
-    x0.75-0.96 slower: each call waits for all of the previous call's variable updates."""
+    times: from step 1 to the end of the first unrolled call (20 steps) took a median
+    2.3 s (1.8-3.1) with all ``n`` traced in the outer function, 1.2 s (1.0-2.1) in chunks
+    of 5 (12 alternated pairs, digits and wide MLPs). Chunks cost some steps/s,
+    since each inner call waits for all of the previous one's variable updates: a median
+    3% (-13% to +5%) over 12 alternated pairs of 1,000-3,000-step runs, of which 11 still
+    reached their last step sooner; past ~12,000 steps the 1 s saved is spent again. One
+    step per inner function ran x0.75-0.96 slower."""
     import tensorflow as tf
 
     def local_sum(value):
@@ -318,7 +321,7 @@ def _train_parameter_server(job, ctx, strategy, coordinator):
     def run_unrolled(iterator, n):
         return worker_index(), unrolled(iterator, n)
 
-    # Unrolled calls run x1.2-1.5 faster but their trace and first call cost 1.0-1.6 s
+    # Unrolled calls run x1.2-1.5 faster but their trace and first call cost ~1.2 s
     # here: worth it from ~1,000 steps (see UNROLL_MIN_STEPS); shorter runs stay looped.
     unroll = job.steps - start >= UNROLL_MIN_STEPS
 
