@@ -113,9 +113,14 @@ def _drive(page, base, token):
 
     # "Stop" stops it
     page.locator("#workbench-panel .wb-run button[data-action=stop]").first.click()
+    # the panel's answer to the button shows, and goes after 10 s
+    message = page.locator("#workbench-panel .wb-message")
+    wait_for(lambda: message.inner_text() == f"Asked run {running['id']} to stop.", 15,
+             lambda: f"the panel's answer: {message.inner_text()!r}")
     stopped = wait_for(lambda: (r := the_run(page)) and r["status"] == "stopped" and r, 90,
                        lambda: f"the run to stop: {panel_runs(page)}")
     assert step_of(stopped) < 1_000_000
+    wait_for(lambda: message.inner_text() == "", 30, lambda: f"the message to go: {message.inner_text()!r}")
 
     # with its kernel gone, the run is still listed, read from its run directory
     urllib.request.urlopen(urllib.request.Request(f"{base}/api/kernels/{session}?token={token}", method="DELETE"),

@@ -15,6 +15,8 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 const POLL_MS = 1000;
+// how long the answer to a button ("Asked run ... to stop.", an error) stays in view
+const MESSAGE_MS = 10000;
 
 const icon = new LabIcon({
   name: 'workbench:panel',
@@ -180,6 +182,7 @@ function renderCluster(cluster: Cluster): string {
 class WorkbenchPanel extends Widget {
   private timer = 0;
   private message = '';
+  private messageUntil = 0;
 
   constructor(private app: JupyterFrontEnd) {
     super();
@@ -209,7 +212,7 @@ class WorkbenchPanel extends Widget {
     }
     const message = body.querySelector('.wb-message') as HTMLElement;
     const error = body.querySelector('.wb-error') as HTMLElement;
-    message.textContent = this.message;
+    message.textContent = Date.now() < this.messageUntil ? this.message : '';
     let state: State;
     try {
       state = await api<State>('state');
@@ -252,6 +255,11 @@ class WorkbenchPanel extends Widget {
     (body.querySelector('.wb-home') as HTMLElement).textContent = `records in ${state.home}`;
   }
 
+  private say(text: string): void {
+    this.message = text;
+    this.messageUntil = Date.now() + MESSAGE_MS;
+  }
+
   private async onClick(event: Event): Promise<void> {
     const button = (event.target as HTMLElement).closest('button[data-action]') as HTMLButtonElement | null;
     const row = button?.closest('.wb-run') as HTMLElement | null;
@@ -264,7 +272,7 @@ class WorkbenchPanel extends Widget {
         case 'stop':
           button.disabled = true;
           await api(`runs/${encodeURIComponent(runId)}/stop`, { method: 'POST' });
-          this.message = `Asked run ${runId} to stop.`;
+          this.say(`Asked run ${runId} to stop.`);
           break;
         case 'notebook':
           await this.app.commands.execute('docmanager:open', { path: row.dataset.notebook });
@@ -275,12 +283,12 @@ class WorkbenchPanel extends Widget {
           if (tab) {
             tab.location.href = reply.url;
           }
-          this.message = `TensorBoard for ${runId}: ${reply.url}`;
+          this.say(`TensorBoard for ${runId}: ${reply.url}`);
           break;
         }
       }
     } catch (err) {
-      this.message = `${button.dataset.action} failed: ${(err as Error).message}`;
+      this.say(`${button.dataset.action} failed: ${(err as Error).message}`);
     }
     await this.refresh();
   }
