@@ -3,11 +3,12 @@ every engine of the run. Plain data: no TensorFlow."""
 
 from dataclasses import dataclass, field
 
-# Parameter-server runs at least this long unroll their steps: an unrolled call runs faster
-# than a loop but its trace and first call cost ~1.2 s here (1.0-2.1). Measured on 2 cores, from
-# train() to the last step, alternated: at 500 steps both took the same time (medians:
-# digits MLP 2.40 vs 2.31 s looped, wide MLP 7.13 vs 7.17 s), at 600 the wide MLP finished
-# 0.3-0.55 s sooner unrolled and the digits MLP not yet, at 1,000 the digits MLP 0.25 s sooner.
+# Parameter-server runs at least this long unroll their steps: an unrolled call runs
+# faster than a loop but its trace and first call cost ~1.2 s here (1.0-2.1). Measured on
+# 2 cores, from train() to the last step, alternated: at 500 steps both took the same time
+# (medians: digits MLP 2.40 vs 2.31 s looped, wide MLP 7.13 vs 7.17 s), at 600 the wide
+# MLP finished 0.3-0.55 s sooner unrolled and the digits MLP not yet, at 1,000 the digits
+# MLP 0.25 s sooner.
 UNROLL_MIN_STEPS = 1000
 
 

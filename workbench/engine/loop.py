@@ -208,11 +208,11 @@ def _steps_fn(strategy, step_fn, outputs=2, unroll=False):
     are traced ``UNROLL_CHUNK`` at a time, as one inner ``tf.function`` called ``n / 5``
     times: from step 1 to the end of the first unrolled call (20 steps) took a median
     2.3 s (1.8-3.1) with all ``n`` traced in the outer function, 1.2 s (1.0-2.1) in chunks
-    of 5 (12 alternated pairs, digits and wide MLPs). Chunks cost some steps/s,
-    since each inner call waits for all of the previous one's variable updates: a median
-    3% (-13% to +5%) over 12 alternated pairs of 1,000-3,000-step runs, of which 11 still
-    reached their last step sooner; past ~12,000 steps the 1 s saved is spent again. One
-    step per inner function ran x0.75-0.96 slower."""
+    of 5 (12 alternated pairs, digits and wide MLPs). Chunks cost some steps/s, since each
+    inner call waits for all of the previous one's variable updates: a median 3% (-13% to
+    +5%) over 12 alternated pairs of 1,000-3,000-step runs, of which 11 still reached their
+    last step sooner; past ~12,000 steps the 1 s saved is spent again. One step per inner
+    function ran x0.75-0.96 slower."""
     import tensorflow as tf
 
     def local_sum(value):
