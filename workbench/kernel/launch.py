@@ -39,13 +39,12 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
     servers = [t for t in tasks if job.strategy == "parameter_server" and t.role != "chief"]
     for t in servers:  # PS and worker servers first: the coordinator connects to them
         results[t.name] = cluster.client[t.engine_id].apply_async(entry.run_task, payload, t)
-    for name, ar in results.items():
+    for t in servers:
         try:
-            ar.get(timeout=start_timeout)
+            results[t.name].get(timeout=start_timeout)
         except Exception as e:
-            t = next(t for t in servers if t.name == name)
             cluster._condemn([s.engine_id for s in servers])
-            raise EngineError(f"{name} (engine {t.engine_id}) could not start its TF server: {e}",
+            raise EngineError(f"{t.name} (engine {t.engine_id}) could not start its TF server: {e}",
                               role=t.role, task=t.index, engine_id=t.engine_id,
                               remote_traceback=getattr(e, "traceback", "") or "") from None
     for t in tasks:
