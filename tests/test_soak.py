@@ -5,6 +5,7 @@ import os
 import stat
 import threading
 
+import ipyparallel as ipp
 import psutil
 import pytest
 
@@ -50,6 +51,17 @@ def snapshot(c):
             "kernel threads": threading.active_count(), "kernel rss": me.memory_info().rss}
 
 
+@ipp.interactive
+def traced_graphs():
+    """TF graphs traced on this engine and still alive after a garbage collection."""
+    import gc
+
+    from tensorflow.python.framework import func_graph
+
+    gc.collect()
+    return sum(isinstance(o, func_graph.FuncGraph) for o in gc.get_objects())
+
+
 def test_fifty_back_to_back_runs_leak_no_process_port_thread_or_memory(cluster):
     def one(i):
         run = cluster.train(MLP, DIGITS, global_batch_size=64, steps=20, checkpoint_every=0, dashboard=False,
@@ -60,12 +72,17 @@ def test_fifty_back_to_back_runs_leak_no_process_port_thread_or_memory(cluster):
     for i in range(10):  # warm-up: every strategy has run on its engines
         one(i)
     before = snapshot(cluster)
+    graphs_before = cluster.client[:].apply_sync(traced_graphs)
     for i in range(10, 50):
         one(i)
     after = snapshot(cluster)
-    print(f"soak: after 10 runs {before}, after 50 runs {after}")  # shown with pytest -s
+    graphs_after = cluster.client[:].apply_sync(traced_graphs)
+    print(f"soak: after 10 runs {before}, after 50 runs {after}; "  # shown with pytest -s
+          f"graphs per engine {graphs_before} -> {graphs_after}")
     for key in ("processes", "listening", "kernel threads"):
         assert after[key] <= before[key], (key, before, after)
+    # a run's traced graphs go with it (TF's gradient registry kept 3 per engine per run)
+    assert all(a <= b for a, b in zip(graphs_after, graphs_before)), (graphs_before, graphs_after)
     assert after["kernel rss"] <= 1.05 * before["kernel rss"], (before, after)
     assert len(cluster.runs) == 50
 
