@@ -22,8 +22,9 @@ def free_ports(n):
     return ports
 
 
-def run(kind, workload, steps, workers=2, ps=1, timeout=600):
-    """Run one peer job; returns {"launched", "first_step", "steps_per_s"} from its chief."""
+def run(kind, workload, steps, workers=2, ps=1, per_schedule=1, timeout=600):
+    """Run one peer job; returns {"launched", "first_step", "steps_per_s"} from its chief.
+    ``per_schedule``: PSS steps per scheduled function (the tutorial's 1)."""
     roles = {"worker": workers} if kind == "mwms" else {"chief": 1, "ps": ps, "worker": workers}
     ports = iter(free_ports(sum(roles.values())))
     cluster = {role: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for role, n in roles.items()}
@@ -33,7 +34,7 @@ def run(kind, workload, steps, workers=2, ps=1, timeout=600):
         for i in range(n):
             env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": role, "index": i}}),
                        TF_CPP_MIN_LOG_LEVEL="2", GRPC_FAIL_FAST="use_caller", CUDA_VISIBLE_DEVICES="")
-            procs[(role, i)] = subprocess.Popen([sys.executable, str(TASK), kind, workload, str(steps)], env=env,
+            procs[(role, i)] = subprocess.Popen([sys.executable, str(TASK), kind, workload, str(steps), str(per_schedule)], env=env,
                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lead = procs[("chief", 0)] if kind == "pss" else procs[("worker", 0)]
     try:

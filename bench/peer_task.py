@@ -3,7 +3,10 @@ multi-worker and parameter-server tutorials write it (custom loop, TF_CONFIG set
 whoever launched the process). Run by bench/peer.py, one process per task; the chief (or
 MWMS worker 0) prints one JSON line: when its first step finished and its steady steps/s.
 
-    TF_CONFIG=... python bench/peer_task.py {mwms|pss} WORKLOAD STEPS
+    TF_CONFIG=... python bench/peer_task.py {mwms|pss} WORKLOAD STEPS [STEPS_PER_SCHEDULE]
+
+STEPS_PER_SCHEDULE (PSS only, default 1, the tutorial's) loops that many steps inside each
+scheduled function with ``tf.range``: TensorFlow's own answer, as a reference.
 """
 
 import json
@@ -76,7 +79,7 @@ def mwms(x, y, hidden, batch, steps):
     return {"first_step": times[0], "steps_per_s": (len(times) - 1 - start) / (times[-1] - times[start])}
 
 
-def pss(x, y, hidden, batch, steps):
+def pss(x, y, hidden, batch, steps, per_schedule=1):
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
@@ -94,25 +97,30 @@ def pss(x, y, hidden, batch, steps):
 
     @tf.function
     def train_step(iterator):
-        return strategy.run(step_fn, args=(next(iterator),))
+        if per_schedule == 1:
+            return strategy.run(step_fn, args=(next(iterator),))
+        for _ in tf.range(per_schedule):
+            strategy.run(step_fn, args=(next(iterator),))
 
-    # the tutorial's loop: one step per schedule, then join; the first step is fetched
-    # alone (cold start), a fifth of the steps warm up, the rest are timed
+    # the tutorial's loop: schedule, then join; the first call is fetched alone (cold
+    # start), a fifth of the steps warm up, the rest are timed
+    calls = steps // per_schedule
     coordinator.schedule(train_step, args=(iterator,)).fetch()
     first = time.time()
-    warm = max(1, steps // 5)
+    warm = max(1, calls // 5)
     for _ in range(warm):
         coordinator.schedule(train_step, args=(iterator,))
     coordinator.join()
     t0 = time.time()
-    for _ in range(steps - warm - 1):
+    for _ in range(calls - warm - 1):
         coordinator.schedule(train_step, args=(iterator,))
     coordinator.join()
-    return {"first_step": first, "steps_per_s": (steps - warm - 1) / (time.time() - t0)}
+    return {"first_step": first, "steps_per_s": (calls - warm - 1) * per_schedule / (time.time() - t0)}
 
 
 def main():
     kind, name, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    per_schedule = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     task = json.loads(os.environ["TF_CONFIG"])["task"]
     if kind == "pss" and task["type"] in ("ps", "worker"):
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -120,7 +128,10 @@ def main():
                              protocol="grpc", start=True).join()
         return
     x, y, hidden, batch = workload(name)
-    result = (mwms if kind == "mwms" else pss)(x, y, hidden, batch, steps)
+    if kind == "mwms":
+        result = mwms(x, y, hidden, batch, steps)
+    else:
+        result = pss(x, y, hidden, batch, steps, per_schedule)
     if task["type"] == "chief" or task["index"] == 0:
         print(json.dumps(dict(result, started=T_START)), flush=True)
 

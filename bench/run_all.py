@@ -1,6 +1,6 @@
 """Every benchmark, one after the other, then plots and one summary.
 
-    python bench/run_all.py           # full: ~25 minutes on 2 cores
+    python bench/run_all.py           # full: ~30 minutes on 2 cores
     python bench/run_all.py --quick   # smoke: every benchmark in its tiny mode (~4 minutes)
 
 Runs strategies.py, dashboard.py, versus_peer.py and ceilings.py (each writes its JSON and

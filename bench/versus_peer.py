@@ -2,12 +2,14 @@
 (bench/peer_task.py), same model, data, global batch and topology, launched by hand with
 TF_CONFIG. Every figure is a ratio of two things measured in this run, alternated.
 
-    python bench/versus_peer.py           # full: ~12 minutes on 2 cores
+    python bench/versus_peer.py           # full: ~17 minutes on 2 cores
     python bench/versus_peer.py --quick   # smoke: a few steps each, digits only
 
 - MWMS, 2 workers, dashboard on: workbench steps/s over the peer's;
 - PSS, 1 PS + 2 workers: workbench defaults over the tutorial's one step per schedule
   (the wide MLP at 300 steps, which the workbench runs looped, and at 2,000, unrolled);
+  as a reference, the tutorial's step looped 10 times per schedule (``tf.range``) over
+  the tutorial's one, alternated in the same repetitions;
 - memory: each engine's resident set after training, by role;
 - cold start, ``Cluster(...)`` to the first finished step (2 workers + 1 PS), against the
   peer's process launch to its first step; re-run of the same topology in a live cluster;
@@ -30,6 +32,7 @@ import peer  # noqa: E402
 import workbench as wb  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results"
+PEER_LOOPED = "peer with 10 steps per schedule (tf.range) / peer"
 
 
 def workloads():
@@ -128,7 +131,7 @@ def main(argv=None):
         rows = {}
         with wb.Cluster(engines=4) as cluster:
             for label, kind, options in runs:
-                ours, theirs, ratios = [], [], []
+                ours, theirs, ratios, looped = [], [], [], []
                 for _ in range(repeats):  # alternated: workbench, peer, workbench, peer, ...
                     run = cluster.train(model, data, global_batch_size=batch, steps=steps[wname],
                                         checkpoint_every=0, dashboard=False, **options)
@@ -138,8 +141,13 @@ def main(argv=None):
                     ours.append(steady(run))
                     theirs.append(peer.run(kind, workload, steps[wname])["steps_per_s"])
                     ratios.append(ours[-1] / theirs[-1])
+                    if kind == "pss":  # TF's own answer: the tutorial's step looped 10 times per schedule
+                        looped.append(peer.run(kind, workload, steps[wname], per_schedule=10)["steps_per_s"]
+                                      / theirs[-1])
                 rows[label] = {"workbench steps/s": summary(ours), "peer steps/s": summary(theirs),
                                "ratio": summary(ratios), "engine RSS after training (MB)": rss(cluster, run)}
+                if looped:
+                    rows[label][PEER_LOOPED] = summary(looped)
         results[wname] = rows
         print(wname, json.dumps({k: round(v["ratio"]["median"], 2) for k, v in rows.items()}), flush=True)
 
@@ -156,6 +164,10 @@ def main(argv=None):
             q = r["ratio"]
             lines.append(f"| {wname}: {label}, workbench / peer | x{q['median']:.2f} [{q['min']:.2f}-{q['max']:.2f}] "
                          f"({r['workbench steps/s']['median']:.0f} vs {r['peer steps/s']['median']:.0f} steps/s) |")
+            if PEER_LOOPED in r:
+                q = r[PEER_LOOPED]
+                lines.append(f"| {wname}: {label}, reference: {PEER_LOOPED} | "
+                             f"x{q['median']:.2f} [{q['min']:.2f}-{q['max']:.2f}] |")
     for wname in workloads_run:
         for label, r in results[wname].items():
             memory = ", ".join(f"{k} {v}" for k, v in r["engine RSS after training (MB)"].items())
