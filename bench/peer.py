@@ -34,8 +34,9 @@ def run(kind, workload, steps, workers=2, ps=1, per_schedule=1, timeout=600):
         for i in range(n):
             env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": role, "index": i}}),
                        TF_CPP_MIN_LOG_LEVEL="2", GRPC_FAIL_FAST="use_caller", CUDA_VISIBLE_DEVICES="")
-            procs[(role, i)] = subprocess.Popen([sys.executable, str(TASK), kind, workload, str(steps), str(per_schedule)], env=env,
-                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            argv = [sys.executable, str(TASK), kind, workload, str(steps), str(per_schedule)]
+            procs[(role, i)] = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                text=True)
     lead = procs[("chief", 0)] if kind == "pss" else procs[("worker", 0)]
     try:
         out, err = lead.communicate(timeout=timeout)

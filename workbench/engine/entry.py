@@ -30,34 +30,24 @@ def run_task(payload, task):
         "task_row": {"role": task.role, "task": task.index, "engine": task.engine_id,
                      "host": socket.gethostname(), "pid": os.getpid(), "target": task.target},
     }
-    before = _custom_gradients()
+    before = set(_gradient_registry())
     try:
         return strategies.get(job.strategy).train(job, ctx)
     finally:
-        _forget_custom_gradients(before)
+        registry = _gradient_registry()
+        for name in set(registry) - before:
+            if name.startswith("CustomGradient-"):
+                del registry[name]
 
 
-def _custom_gradients():
-    """The gradient functions ``tf.custom_gradient`` registered in graph mode, or None.
+def _gradient_registry():
+    """TF's global gradient registry (a dict by op type name), or {} before TF is imported.
 
     Every trace that calls ``ReplicaContext.all_reduce`` (a Keras optimizer under any
-    strategy does) registers one in TF's global gradient registry under a new name, and TF
-    never removes it; it holds the traced graph, so each run left its graphs behind: 3 per
-    engine per run here, about 1 MB of an engine's memory. A run's graphs are not used
-    after it ends, so the names it added are removed when it ends."""
+    strategy does) registers a ``tf.custom_gradient`` there under a new name, and TF never
+    removes it; it holds the traced graph, so each run left 3 graphs behind on each engine,
+    0.4-0.8 MB of its memory. A run's graphs are not used after it ends, so ``run_task``
+    removes the names the run added."""
     ops = sys.modules.get("tensorflow.python.framework.ops")  # no TF import here: GPU engines import it later
     registry = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
-    if not isinstance(registry, dict):
-        return None
-    return {name for name in registry if name.startswith("CustomGradient-")}
-
-
-def _forget_custom_gradients(before):
-    after = _custom_gradients()
-    if after is None:
-        return
-    registry = sys.modules["tensorflow.python.framework.ops"]._gradient_registry._registry
-    for name in after - (before or set()):
-        registry.pop(name, None)
-
-
+    return registry if isinstance(registry, dict) else {}
