@@ -92,11 +92,12 @@ class Records:
             dirs = sorted((d for d in runs_dir.iterdir() if d.is_dir()), key=lambda d: d.name, reverse=True)
         except OSError:
             return []
-        listed = {str(d) for d in dirs[:limit]}
+        dirs = dirs[:limit]
+        listed = {str(d) for d in dirs}
         # forget the files of runs deleted or no longer among the newest: polling for hours
         # over many runs keeps only what it lists
         self._tails = {key: tail for key, tail in self._tails.items() if key[0] in listed}
-        return [r for r in (self.run(d) for d in dirs[:limit]) if r is not None]
+        return [r for r in (self.run(d) for d in dirs) if r is not None]
 
     def run(self, run_dir):
         run_dir = Path(run_dir)

@@ -35,9 +35,9 @@ def run_task(payload, task):
         return strategies.get(job.strategy).train(job, ctx)
     finally:
         registry = _gradient_registry()
-        for name in set(registry) - before:
-            if name.startswith("CustomGradient-"):
-                del registry[name]
+        for key in set(registry) - before:
+            if key.startswith("CustomGradient-"):
+                del registry[key]
 
 
 def _gradient_registry():

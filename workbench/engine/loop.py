@@ -205,14 +205,14 @@ def _steps_fn(strategy, step_fn, outputs=2, unroll=False):
     loop whose body reads and updates variables on PS tasks runs as a loop split across
     devices, which pays extra round trips every iteration (1 PS + 2 workers, digits MLP, 10
     steps per function: x1.2-1.5 steps/s unrolled, measured here). The unrolled steps are
-    traced ``UNROLL_CHUNK`` at a time, as one inner ``tf.function`` called
-    ``n / UNROLL_CHUNK`` times: from step 1 to the end of the first unrolled call (20 steps) took
-    a median 2.3 s (1.8-3.1) with all ``n`` traced in the outer function, 1.2 s (1.0-2.1) in
-    chunks of 5 (12 alternated pairs, digits and wide MLPs). Chunks cost some steps/s, since
-    each inner call waits for all of the previous one's variable updates: a median 3% (-13%
-    to +5%) over 12 alternated pairs of 1,000-3,000-step runs, of which 11 still reached
-    their last step sooner; past ~12,000 steps the 1 s saved is spent again. One step per
-    inner function ran x0.75-0.96 slower."""
+    traced ``UNROLL_CHUNK`` at a time, as an inner ``tf.function`` called once per chunk
+    (the last one shorter when ``n`` is not a multiple): from step 1 to the end of the first
+    unrolled call (20 steps) took a median 2.3 s (1.8-3.1) with all ``n`` traced in the
+    outer function, 1.2 s (1.0-2.1) in chunks of 5 (12 alternated pairs, digits and wide
+    MLPs). Chunks cost some steps/s, since each inner call waits for all of the previous
+    one's variable updates: a median 3% (-13% to +5%) over 12 alternated pairs of
+    1,000-3,000-step runs, of which 11 still reached their last step sooner; past ~12,000
+    steps the 1 s saved is spent again. One step per inner function ran x0.75-0.96 slower."""
     import tensorflow as tf
 
     def local_sum(value):

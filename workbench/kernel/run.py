@@ -288,17 +288,18 @@ class Run:
                 f"behind is {behind} (engine {self._engine_of(behind)}, last step {last.get(behind, 0)}); "
                 f"last steps: {dict((n, last.get(n, 0)) for n in names)}. Its engines are being recycled.")
 
+    def _task(self, name):
+        return next((t for t in self.tasks if t.name == name), None)
+
     def _engine_of(self, name):
-        for t in self.tasks:
-            if t.name == name:
-                return t.engine_id
-        return None
+        task = self._task(name)
+        return task.engine_id if task else None
 
     def _collect(self, name, ar):
         try:
             result = ar.get()
         except Exception as e:
-            task = next(t for t in self.tasks if t.name == name)
+            task = self._task(name)
             if not self.cluster._engine_alive(task.engine_id):  # ipyparallel: "Engine N died while ..."
                 self._error = self._engines.lost(task)
                 return
