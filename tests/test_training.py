@@ -73,7 +73,8 @@ def test_every_strategy_trains_reports_and_checkpoints(cluster, topology):
     p = run.placement
     engines = 1 + topology["workers"] + topology["ps"] if topology["ps"] else topology["workers"]
     assert (p.variable.isna()).sum() == engines  # one row per task
-    variables = p[p.variable.notna()]
+    assert set(p.kind.dropna()) == {"model", "optimizer"}  # SGD's state: its step counter and rate
+    variables = p[p.kind == "model"]
     per_copy = variables.groupby("task" if topology["ps"] else "role").bytes.sum()
     if topology["strategy"] == "parameter_server":
         assert set(variables.role) == {"ps"} and variables.device.str.startswith("/job:ps/").all()
@@ -393,7 +394,7 @@ def test_variable_partitioner_shards_a_tf_module_over_ps_tasks(cluster):
                         ps=2, variable_partitioner=2, global_batch_size=128, steps=200,
                         checkpoint_every=0).wait(timeout=300)
     p = run.placement
-    variables = p[p.variable.notna()]
+    variables = p[p.kind == "model"]
     per_ps = variables.groupby("task").bytes.sum()
     assert list(per_ps.index) == [0, 1] and per_ps.sum() == PARAMS * 4
     kernel = variables[variables.variable.str.contains("dense_0/kernel")]

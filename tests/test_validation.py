@@ -53,6 +53,17 @@ BAD_TRAIN = [
     ({"variable_partitioner": 2}, "variable_partitioner", "only parameter_server shards"),
     ({"strategy": "parameter_server", "ps": 1, "variable_partitioner": "fixed"}, "variable_partitioner", "a number of shards"),
     ({"checkpoint_every": -5}, "checkpoint_every", "an int >= 0"),
+    ({"data": (np.zeros((4, 2)), np.array(["cat", "dog", "cat", "dog"]))}, "y", "np.unique(y, return_inverse=True)"),
+    ({"optimizer": lambda: None}, "learning_rate", "brings its own learning rate"),
+    ({"optimizer": lambda: None, "learning_rate": None, "momentum": 0.9}, "momentum", "set it in the optimizer"),
+    ({"optimizer": 3}, "optimizer", "a keras.optimizers.Optimizer object"),
+    ({"loss": 3}, "loss", "a keras.losses.Loss object"),
+    ({"metrics": "accuracy"}, "metrics", "a list of Keras metric names"),
+    ({"metrics": ["loss"]}, "metrics", "not already columns of run.history"),
+    ({"metrics": ["mae", "mae"]}, "metrics", "not already columns of run.history"),
+    ({"metrics": [3]}, "metrics", "a Keras metric name or a keras.metrics.Metric object"),
+    ({"loss": "mean_squared_error", "metrics": ["accuracy"]}, "metrics", "a specific accuracy"),
+    ({"eval_data": [1, 2]}, "eval_data", "numpy (x, y)"),
 ]
 
 
@@ -113,3 +124,38 @@ def test_unknown_launcher_is_a_config_error():
 def test_training_on_a_stopped_cluster_says_so():
     with pytest.raises(wb.ClusterError, match="not running"):
         wb.Cluster(engines=1).train(wb.models.mlp(), wb.datasets.digits())
+
+
+KERAS_IN_THE_KERNEL = """
+import cloudpickle, keras, pytest
+import workbench as wb
+from workbench.common.job import FromConfig
+from workbench.kernel.train import make_job
+GOOD = dict(model=wb.models.mlp(), data=wb.datasets.digits(), loss=keras.losses.SparseCategoricalCrossentropy(),
+            optimizer=keras.optimizers.Adam(keras.optimizers.schedules.ExponentialDecay(0.01, 100, 0.9), clipnorm=1.0),
+            learning_rate=None, momentum=0.0, strategy="multi_worker_mirrored", workers=2, ps=0,
+            global_batch_size=64, steps=10, seed=0, steps_per_execution=None, checkpoint_every=0, eval_every=0,
+            variable_partitioner=None, devices=0, metrics=["sparse_top_k_categorical_accuracy", keras.metrics.AUC()])
+job = make_job(4, **GOOD)
+assert isinstance(job.optimizer, FromConfig) and job.optimizer.config["clipnorm"] == 1.0
+assert job.loss_name == "sparse_categorical_crossentropy" and job.classifies
+assert [getattr(m, "config", {}).get("name", m) for m in job.metrics] == ["sparse_top_k_categorical_accuracy", "auc"]
+rebuilt = cloudpickle.loads(cloudpickle.dumps(job.optimizer)).build()
+assert type(rebuilt) is keras.optimizers.Adam and rebuilt.clipnorm == 1.0
+assert isinstance(rebuilt._learning_rate, keras.optimizers.schedules.ExponentialDecay)
+for change, expected in [({"learning_rate": 0.1}, "argument 'learning_rate'. Received: learning_rate=0.1. Expected None with optimizer=<Adam object>"),
+                         ({"metrics": ["no_such_metric"]}, "argument 'metrics'. Received: metrics='no_such_metric'")]:
+    with pytest.raises(wb.ConfigError, match=expected.replace("(", "[(]").replace(")", "[)]").replace(".", "[.]")):
+        make_job(4, **{**GOOD, **change})
+print("ok")
+"""
+
+
+def test_keras_objects_are_checked_in_a_kernel_that_imported_keras():
+    """A loss, an optimizer with a schedule and clipping, and metric objects, as a Keras user
+    passes them: checked in the kernel, shipped as class and config, rebuilt the same."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", KERAS_IN_THE_KERNEL], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

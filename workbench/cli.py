@@ -99,8 +99,9 @@ def summary(run):
         lines.append(f"  final loss     {h.loss.iloc[-10:].mean():.4f} (mean of the last 10 steps)")
         lines.append(f"  examples/s     {per_worker.sum():,.0f} in total "
                      f"({', '.join(f'{w} {v:,.0f}' for w, v in per_worker.items())})")
-    if run.evaluation:
-        lines.append(f"  test accuracy  {run.evaluation['test_accuracy']:.4f}")
+    for name, value in (run.evaluation or {}).items():
+        if name.startswith("test_"):
+            lines.append(f"  {name.replace('_', ' '):<14} {value:.4f}")
     lines.append(f"  run directory  {run.run_dir}")
     return "\n".join(lines)
 

@@ -29,7 +29,7 @@ class Data:
 
     @property
     def classes(self):
-        return int(max(self.y_train.max(), self.y_test.max() if len(self.y_test) else 0)) + 1
+        return int(max([int(y.max()) for y in (self.y_train, self.y_test) if len(y)] or [0])) + 1
 
     def __repr__(self):
         return (f"<Data {self.name!r}: {len(self.x_train)} train / {len(self.x_test)} test, "
@@ -90,6 +90,11 @@ def from_numpy(x, y, x_test=None, y_test=None, name="numpy", test_fraction=0.2, 
         raise invalid("x", f"array of shape {x.shape}", "a non-empty array of shape (examples, features...)")
     if y.shape[:1] != x.shape[:1]:
         raise invalid("y", f"array of shape {y.shape}", f"one label per example: shape ({len(x)},)")
+    if not (np.issubdtype(y.dtype, np.number) or y.dtype == bool):
+        sample = ", ".join(repr(v) for v in np.unique(y.ravel())[:3].tolist())
+        raise invalid("y", f"labels of dtype {y.dtype} ({sample}, ...)",
+                      "numbers: integer class indices 0..k-1 (or float targets). Map other labels to indices "
+                      "first, for example: classes, y = np.unique(y, return_inverse=True)")
     x = x.astype("float32")
     bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
     if bad:

@@ -77,7 +77,7 @@ worker holds a mirrored copy of every variable.
 """),
         code("""
 p = run.placement
-p[p.variable.notna()][["role", "task", "device", "variable", "shape", "bytes"]]
+p[p.kind == "model"][["role", "task", "device", "variable", "shape", "bytes"]]
 """),
         md("""
 **3. Train asynchronously with a parameter server.** `ParameterServerStrategy` needs a
@@ -104,7 +104,7 @@ kernel instead, which stops the run the same way.)
 ps_run.wait()
 print("test accuracy >= 0.90:", ps_run.evaluation["test_accuracy"] >= 0.90)
 p = ps_run.placement
-p[p.variable.notna()][["role", "task", "variable", "bytes"]]
+p[p.kind == "model"][["role", "task", "variable", "bytes"]]
 """),
         md("""
 **Compare the two runs.** `wb.compare` overlays their loss against step and against wall

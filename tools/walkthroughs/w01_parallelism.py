@@ -59,7 +59,7 @@ consecutive stages, each stage's variables *and* computation pinned to one devic
         code("""
 model_parallel = cluster.train(model=wb.models.split_mlp(HIDDEN, devices=2), strategy="single", **args).wait()
 p = model_parallel.placement
-p[p.variable.notna()][["variable", "shape", "bytes", "device"]]
+p[p.kind == "model"][["variable", "shape", "bytes", "device"]]
 """),
         md("""
 **Claim: placement changes where the work happens, not the numbers.** The same seeded MLP

@@ -39,7 +39,7 @@ variable lives on the PS task; the worker only computes.
         code("""
 one = cluster.train(workers=1, ps=1, **args).wait()
 p = one.placement
-p[p.variable.notna()][["variable", "bytes", "device"]]
+p[p.kind == "model"][["variable", "bytes", "device"]]
 """),
         code("""
 print(f"steps: {one.final_step}, test accuracy >= 0.90: {one.evaluation['test_accuracy'] >= 0.90}")
@@ -57,13 +57,13 @@ in two, every variable is spread evenly:
         code("""
 two_ps = cluster.train(workers=1, ps=2, **args).wait()
 p = two_ps.placement
-v = p[p.variable.notna()]
+v = p[p.kind == "model"]
 v.assign(ps=v.task.map(lambda t: f"ps:{t}")).groupby("ps").bytes.sum().rename("bytes held")
 """),
         code("""
 sharded = cluster.train(**dict(args, model=wb.models.module_mlp(64)), workers=1, ps=2, variable_partitioner=2).wait()
 p = sharded.placement
-v = p[p.variable.notna()]
+v = p[p.kind == "model"]
 v.assign(ps=v.task.map(lambda t: f"ps:{t}")).groupby("ps").bytes.sum().rename("bytes held, sharded")
 """),
         md("""

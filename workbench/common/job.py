@@ -26,9 +26,9 @@ class Job:
     strategy: str
     model: object  # callable -> keras.Model | tf.Module
     data: object  # workbench.datasets.Data | callable dataset_fn(input_context)
-    loss: object  # name or callable(y_true, y_pred) -> per-example loss
-    optimizer: object  # name or callable() -> keras optimizer
-    learning_rate: object  # float | workbench.schedules.Warmup
+    loss: object  # name, callable(y_true, y_pred) -> per-example loss, or a keras.losses.Loss
+    optimizer: object  # name, callable() -> keras optimizer, or FromConfig of a Keras optimizer
+    learning_rate: object  # float | workbench.schedules.Warmup | a Keras LearningRateSchedule | None
     momentum: float
     global_batch_size: int
     steps: int
@@ -44,3 +44,33 @@ class Job:
     average_every: int = 1  # parameter_averaging: average the replicas every this many steps
     resume: bool = False
     tasks: list = field(default_factory=list)  # roles.Task of every engine in the run
+    metrics: tuple = ()  # Keras metric names and FromConfig of Keras metric objects
+    eval_data: object = None  # None (data's test split) | Data | callable dataset_fn(input_context)
+    loss_name: str = ""  # the loss as Keras names it ("sparse_categorical_crossentropy", ...)
+
+    @property
+    def metric_names(self):
+        """The columns the run's metrics take in its step rows."""
+        return [m if isinstance(m, str) else m.config["name"] for m in self.metrics]
+
+    @property
+    def classifies(self):
+        """Sparse labels: every step also counts its correct predictions (accuracy)."""
+        return self.loss_name == "sparse_categorical_crossentropy"
+
+
+@dataclass(frozen=True)
+class FromConfig:
+    """A Keras object the user built in the kernel (an optimizer, a metric), shipped as its
+    class and config and rebuilt on each engine: under the strategy's scope where it makes
+    variables, never sharing the kernel's. Objects in the config (a learning-rate schedule)
+    travel as they are."""
+
+    cls: type
+    config: dict
+
+    def build(self):
+        return self.cls.from_config(dict(self.config))
+
+    def __repr__(self):
+        return f"{self.cls.__name__}(...)"

@@ -28,9 +28,9 @@ def model(job):
     return m
 
 
-def check_fit(m, job):
-    """Fail before training when the data does not fit the model: a clear error, not a
-    shape error deep inside a traced function, nor a silent mismatch of class counts."""
+def check_fit(m, job, loss_fn):
+    """Fail before training when the data does not fit the model or the loss: a clear error,
+    not a shape error deep inside a traced function, nor a silent mismatch of class counts."""
     data = job.data
     if callable(data):
         return
@@ -42,10 +42,27 @@ def check_fit(m, job):
             f"Expected examples the model accepts; calling it on two of them failed: "
             f"{type(e).__name__}: {str(e).splitlines()[0]}"
         ) from None
-    if job.loss == "sparse_categorical_crossentropy" and pred.shape[-1] < data.classes:
+    if job.classifies and pred.shape[-1] < data.classes:
         raise ValueError(
             f"Invalid value for argument 'data'. Received: labels 0..{data.classes - 1} ({data.classes} classes). "
             f"Expected at most the {pred.shape[-1]} classes the model outputs."
+        )
+    y = data.y_train[:2]
+    try:
+        values = loss_fn(y, pred)
+    except Exception as e:
+        if "Invalid value for argument 'loss'" in str(e):
+            raise
+        raise ValueError(
+            f"Invalid value for argument 'loss'. Received: loss={_name(job.loss)!r} on labels of shape "
+            f"{tuple(y.shape)} and the model's output of shape {tuple(pred.shape)}. Expected a loss that "
+            f"takes them (for integer class labels: 'sparse_categorical_crossentropy'); it failed: "
+            f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        ) from None
+    if tuple(values.shape) != (2,):
+        raise ValueError(
+            f"Invalid value for argument 'loss'. Received: a loss ({_name(job.loss)}) that returns shape "
+            f"{tuple(values.shape)} for 2 examples. Expected one value per example: shape (2,)."
         )
 
 
@@ -58,11 +75,19 @@ def trainable(m):
 
 
 def optimizer(job):
+    """The run's optimizer, built on the engine (under the strategy's scope, by the caller):
+    from its name, the user's callable, or the class and config of the Keras optimizer the
+    user passed (its clipping, weight decay and learning-rate schedule included)."""
     import keras
 
+    from workbench.common.job import FromConfig
+
+    if isinstance(job.optimizer, FromConfig):
+        return job.optimizer.build()
     if callable(job.optimizer):
         return job.optimizer()
-    rate = job.learning_rate.keras() if hasattr(job.learning_rate, "keras") else job.learning_rate
+    rate = job.learning_rate
+    rate = 0.1 if rate is None else rate.keras() if hasattr(rate, "keras") else rate
     if job.optimizer == "sgd":
         return keras.optimizers.SGD(rate, momentum=job.momentum)
     cls = {"adam": keras.optimizers.Adam, "rmsprop": keras.optimizers.RMSprop,
@@ -70,13 +95,151 @@ def optimizer(job):
     return cls(rate)
 
 
-def loss(job):
-    """Per-example loss function ``f(y_true, y_pred) -> [batch]``."""
-    import keras
+def aggregated_clipping(opt, replicas):
+    """Keras 3 clips each replica's own gradient before it sums them across replicas, so a
+    clipped run on n replicas is not the same training as on one. With ``replicas`` > 1
+    this takes the clipping over: it returns ``clip(grads)``, which sums the gradients
+    across replicas (one all-reduce, as Keras' own) and clips the sum, the global batch's
+    gradient, as one process would; the optimizer then neither clips nor sums again.
+    Returns None when there is nothing to take over (no clipping, or one replica)."""
+    import tensorflow as tf
 
-    if callable(job.loss):
-        return job.loss
-    return keras.losses.get(job.loss)
+    clipnorm, global_clipnorm, clipvalue = opt.clipnorm, opt.global_clipnorm, opt.clipvalue
+    if replicas <= 1 or not (clipnorm or global_clipnorm or clipvalue):
+        return None
+    opt.clipnorm = opt.global_clipnorm = opt.clipvalue = None
+    opt._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # summed below
+
+    def clip(grads):
+        grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        if clipnorm:
+            return [tf.clip_by_norm(g, clipnorm) for g in grads]
+        if global_clipnorm:
+            return tf.clip_by_global_norm(grads, global_clipnorm)[0]
+        return [tf.clip_by_value(g, -clipvalue, clipvalue) for g in grads]
+
+    return clip
+
+
+def extra_losses(m):
+    """The model's own losses (weight and activity regularizers, ``add_loss``) from its last
+    call, summed, or None. A tf.Module has none."""
+    import tensorflow as tf
+
+    losses = getattr(m, "losses", None) if keras_model(m) else None
+    if not losses:
+        return None
+    return tf.add_n([tf.cast(tf.reduce_sum(x), tf.float32) for x in losses])
+
+
+def loss(job):
+    """Per-example loss function ``f(y_true, y_pred) -> [batch]``.
+
+    A name or a ``keras.losses.Loss`` with any reduction: the workbench takes its
+    per-example values (reduction off, on this engine's copy) and always averages them over
+    the global batch itself. Values with more axes than the batch (a loss per time step,
+    say) are averaged over those axes first, as Keras' default reduction does."""
+    import keras
+    import tensorflow as tf
+
+    fn = job.loss
+    if isinstance(fn, str):
+        # its Loss class, as compile() uses it: labels of shape (batch,) fit outputs (batch, 1)
+        cls = getattr(keras.losses, "".join(w.capitalize() for w in fn.split("_")), None)
+        fn = cls() if isinstance(cls, type) and issubclass(cls, keras.losses.Loss) else keras.losses.get(fn)
+    if isinstance(fn, keras.losses.Loss):
+        fn.reduction = None  # this engine's copy: per-example values
+
+    def per_example(y_true, y_pred):
+        values = tf.convert_to_tensor(fn(y_true, y_pred))
+        if values.shape.rank == 0:
+            raise ValueError(
+                f"Invalid value for argument 'loss'. Received: a loss ({_name(job.loss)}) that returns one "
+                "number for the whole batch. Expected per-example values of shape (batch,): return them "
+                "unreduced (a keras.losses.Loss of any reduction works as it is)")
+        if values.shape.rank > 1:
+            values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
+        return values
+
+    return per_example
+
+
+def _name(value):
+    return value if isinstance(value, str) else getattr(value, "__name__", type(value).__name__)
+
+
+def metrics(job):
+    """``[(column, metric, initial state)]``: each of the run's Keras metrics, built on this
+    engine from its name or its class and config, outside any strategy's scope. Steps
+    compute them statelessly on their own batch from the initial state (see
+    ``metric_values``), so they work under every strategy and keep no state across steps."""
+    import keras
+    import numpy as np
+
+    from workbench.common.job import FromConfig
+
+    out = []
+    for spec in job.metrics:
+        if isinstance(spec, FromConfig):
+            metric = spec.build()
+        else:
+            try:
+                found = keras.metrics.get(spec)
+            except ValueError:
+                raise ValueError(f"Invalid value for argument 'metrics'. Received: {spec!r}. Expected the name "
+                                 "of a Keras metric (keras.metrics.get knows it) or a keras.metrics.Metric "
+                                 "object.") from None
+            if isinstance(found, type):
+                metric = found()
+            elif isinstance(found, keras.metrics.Metric):
+                metric = found
+            else:
+                metric = keras.metrics.MeanMetricWrapper(found, name=spec)
+        out.append((spec if isinstance(spec, str) else metric.name, metric,
+                    [np.asarray(v.value) for v in metric.variables]))
+    return out
+
+
+def metric_values(metrics, y, pred):
+    """Each metric's value on this batch alone: its update and result from its initial
+    state, without touching its variables (Keras' stateless API), so any metric runs inside
+    a replica function under any strategy, parameter servers included."""
+    import tensorflow as tf
+
+    values = []
+    for _, metric, initial in metrics:
+        state = metric.stateless_update_state([tf.constant(v) for v in initial], y, pred)
+        values.append(tf.cast(metric.stateless_result(state), tf.float32))
+    return values
+
+
+def eval_batches(job, batch_size=1024):
+    """The evaluation data as ``(x, y)`` numpy batches: ``eval_data`` when the run has it
+    (its test split, or all of it when it has none; a ``dataset_fn``'s dataset read to its
+    end), else the test split of the training data; None when there is neither."""
+    import numpy as np
+
+    data = job.data if job.eval_data is None else job.eval_data
+    if callable(data):
+        if job.eval_data is None:
+            return None
+        import tensorflow as tf
+
+        ds = data(tf.distribute.InputContext())
+        if not isinstance(ds, tf.data.Dataset):
+            raise TypeError(f"Invalid value for argument 'eval_data'. Received: a dataset_fn that returned "
+                            f"{type(ds).__name__}. Expected a tf.data.Dataset of (x, y) batches.")
+        if int(ds.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
+            raise ValueError("Invalid value for argument 'eval_data'. Received: a dataset_fn whose dataset "
+                             "repeats forever. Expected a finite dataset of (x, y) batches (no repeat()): "
+                             "evaluation reads it to its end.")
+        return ((np.asarray(x), np.asarray(y)) for x, y in ds)
+    x, y = data.x_test, data.y_test
+    if not len(x) and job.eval_data is not None:
+        x, y = data.x_train, data.y_train
+    if not len(x):
+        return None
+    return ((x[i:i + batch_size], y[i:i + batch_size]) for i in range(0, len(x), batch_size))
 
 
 def dataset_fn(job, start_step=0, worker_index=None, num_workers=1):

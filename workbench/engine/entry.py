@@ -11,10 +11,18 @@ def run_task(payload, task):
     ``payload`` is the cloudpickled ``Job``: the model and data functions a notebook
     defines live in ``__main__`` and travel by value.
     """
+    import threading
+
     import cloudpickle
 
-    from workbench.engine import strategies
+    from workbench.engine import start, strategies
 
+    # the job may hold Keras classes (an optimizer's, a metric's): unpickling them imports
+    # Keras modules, which must not race the start-up import of TensorFlow and Keras in its
+    # thread (seen: "cannot import name 'Optimizer' from partially initialized module")
+    for thread in threading.enumerate():
+        if thread.name == start.THREAD:
+            thread.join()
     job = cloudpickle.loads(payload)
     if task.tf_config:
         os.environ["TF_CONFIG"] = task.tf_config_json

@@ -45,7 +45,8 @@ def _state(strategy, job):
         opt = build.optimizer(job)
         opt.build(build.trainable(model))
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    build.check_fit(model, job)
+    build.check_fit(model, job, build.loss(job))
+    build.eval_batches(job)  # a dataset_fn's evaluation data is checked now, not after training
     ckpt = tf.train.Checkpoint(model=model, optimizer=opt, step=step)
     return model, opt, step, ckpt
 
@@ -62,31 +63,48 @@ def _restore(job, ckpt, ctx):
     return int(ckpt.step.numpy())
 
 
-def _evaluate(model, job, ctx, pub, board, step):
-    data = job.data
-    if callable(data) or not len(getattr(data, "x_test", ())):
+def _evaluate(model, job, ctx, pub, board, step, metrics=()):
+    """Loss, accuracy (sparse labels) and every metric over the evaluation data, on this
+    (the chief's) process; None when the run has none."""
+    batches = build.eval_batches(job)
+    if batches is None:
         return None
     import numpy as np
 
-    correct, loss_sum, lf = 0, 0.0, build.loss(job)
-    for i in range(0, len(data.x_test), 1024):
-        x, y = data.x_test[i:i + 1024], data.y_test[i:i + 1024]
+    lf, count, correct, loss_sum = build.loss(job), 0, 0, 0.0
+    for _, metric, _ in metrics:
+        metric.reset_state()
+    for x, y in batches:
         pred = model(x, training=False) if build.keras_model(model) else model(x)
         loss_sum += float(np.sum(lf(y, pred)))
-        correct += int(np.sum(np.argmax(np.asarray(pred), axis=-1) == y))
-    result = {"step": step, "test_accuracy": correct / len(data.x_test), "test_loss": loss_sum / len(data.x_test)}
+        count += len(y)
+        if job.classifies:
+            correct += int(np.sum(np.argmax(np.asarray(pred), axis=-1) == np.reshape(y, [-1])))
+        for _, metric, _ in metrics:
+            metric.update_state(y, pred)
+    if not count:
+        return None
+    result = {"step": step, "test_loss": loss_sum / count}
+    if job.classifies:
+        result["test_accuracy"] = correct / count
+    result.update({f"test_{name}": float(metric.result()) for name, metric, _ in metrics})
     pub.event("eval", **result)
-    board.scalars(step, force=True, test_accuracy=result["test_accuracy"], test_loss=result["test_loss"])
+    board.scalars(step, force=True, **{k: v for k, v in result.items() if k != "step"})
     return result
 
 
-def _step_fn(job, model, opt, step, loss_fn, staleness=False):
-    """One training step: ``(loss, correct predictions)``, plus with ``staleness=True`` the
-    number of other updates applied to the shared variables between this step's read of the
-    global step and its own update (asynchronous training: how stale its gradient was)."""
-    import tensorflow as tf
+def _step_fn(job, model, opt, step, loss_fn, metrics=(), staleness=False, clip=None, local_replicas=1):
+    """One training step on one replica: ``(loss, correct predictions[, staleness], *metrics)``.
 
-    classify = job.loss == "sparse_categorical_crossentropy"
+    The loss is the per-example loss averaged over the global batch plus this replica's
+    share (1/replicas, ``tf.nn.scale_regularization_loss``) of the model's own losses
+    (regularizers, ``add_loss``): summed over replicas, the gradient is one process's.
+    With ``staleness=True`` it also returns the number of other updates applied to the
+    shared variables between this step's read of the global step and its own update
+    (asynchronous training: how stale its gradient was). Metric values are divided by
+    ``local_replicas`` so that summing a worker's replicas gives their mean. ``clip``:
+    see ``build.aggregated_clipping``."""
+    import tensorflow as tf
 
     def step_fn(x, y):
         if staleness:
@@ -98,19 +116,25 @@ def _step_fn(job, model, opt, step, loss_fn, staleness=False):
                 per_example = tf.cast(per_example, tf.float32)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=job.global_batch_size)
             # Keras scales by replicas when it aggregates: compute_average_loss already does
+            extra = build.extra_losses(model)
+            if extra is not None:
+                loss += tf.nn.scale_regularization_loss(tf.cast(extra, loss.dtype))
         variables = build.trainable(model)
         grads = tape.gradient(loss, variables)
+        if clip is not None:
+            grads = clip(grads)
         opt.apply_gradients(zip(grads, variables))
         after = step.assign_add(1, read_value=True)
-        loss = tf.cast(loss, tf.float32)
-        if not classify:
-            hits = tf.constant(0.0)
+        out = [tf.cast(loss, tf.float32)]
+        if not job.classifies:
+            out.append(tf.constant(0.0))
         else:
             hit = tf.equal(tf.argmax(pred, axis=-1, output_type=tf.int64), tf.cast(tf.reshape(y, [-1]), tf.int64))
-            hits = tf.reduce_sum(tf.cast(hit, tf.float32))
+            out.append(tf.reduce_sum(tf.cast(hit, tf.float32)))
         if staleness:
-            return loss, hits, tf.cast(after - before - 1, tf.float32)
-        return loss, hits
+            out.append(tf.cast(after - before - 1, tf.float32))
+        out += [v / local_replicas for v in build.metric_values(metrics, y, pred)]
+        return tuple(out)
 
     return step_fn
 
@@ -118,10 +142,13 @@ def _step_fn(job, model, opt, step, loss_fn, staleness=False):
 def train_synchronous(strategy, job, ctx):
     import tensorflow as tf
 
-    pub, model, opt, step, start, manager, board = prepare(strategy, job, ctx)
+    pub, model, opt, step, start, manager, board, metrics = prepare(strategy, job, ctx)
     workers = job.workers if ctx["task"].tf_config else 1  # MWMS: workers split the global batch
+    local = strategy.num_replicas_in_sync // workers
     iterator = iter(strategy.distribute_datasets_from_function(build.dataset_fn(job, start_step=start)))
-    run_steps = tf.function(_steps_fn(strategy, _step_fn(job, model, opt, step, build.loss(job))))
+    clip = build.aggregated_clipping(opt, strategy.num_replicas_in_sync)
+    step_fn = _step_fn(job, model, opt, step, build.loss(job), metrics, clip=clip, local_replicas=local)
+    run_steps = tf.function(_steps_fn(strategy, step_fn, outputs=2 + len(metrics)))
 
     def run_chunk(done, n):
         return run_steps(iterator, tf.constant(n)).numpy()
@@ -129,14 +156,15 @@ def train_synchronous(strategy, job, ctx):
     # each replica's loss is averaged over the global batch: x workers is this worker's mean
     done, stopped = lockstep(job, ctx, pub, board, manager, model, start, run_chunk, agreement(strategy),
                              examples=job.global_batch_size / workers, loss_scale=workers,
-                             replicas=strategy.num_replicas_in_sync)
-    return finish(model, job, ctx, pub, board, manager, done, stopped)
+                             replicas=strategy.num_replicas_in_sync, metrics=metrics)
+    return finish(model, job, ctx, pub, board, manager, done, stopped, metrics=metrics)
 
 
 def prepare(strategy, job, ctx):
     """What every training loop starts with: the metrics publisher, the model, optimizer and
     step counter built under ``strategy`` (restored when resuming), a checkpoint manager,
-    the placement event and TensorBoard. Returns (pub, model, opt, step, start, manager, board)."""
+    the placement event, TensorBoard and the run's Keras metrics (built outside the
+    strategy). Returns (pub, model, opt, step, start, manager, board, metrics)."""
     import tensorflow as tf
 
     pub = Publisher(job.run_dir, ctx["name"])
@@ -144,9 +172,9 @@ def prepare(strategy, job, ctx):
     start = _restore(job, ckpt, ctx)
     manager = tf.train.CheckpointManager(ckpt, _checkpoint_dir(job, ctx), max_to_keep=3)
     pub.event("placement", tasks=[dict(ctx["task_row"], devices=placement.devices(ctx["task"]))],
-              variables=placement.variables(model, ctx["task"]))
+              variables=placement.variables(model, ctx["task"], opt))
     board = Board(job.run_dir, ctx["is_chief"])
-    return pub, model, opt, step, start, manager, board
+    return pub, model, opt, step, start, manager, board, build.metrics(job)
 
 
 def agreement(strategy):
@@ -163,32 +191,34 @@ def agreement(strategy):
 
 
 def lockstep(job, ctx, pub, board, manager, model, start, run_chunk, agree, examples, loss_scale=1.0,
-             replicas=1, every=0):
+             replicas=1, every=0, metrics=()):
     """The loop of the synchronous strategies: chunks of ``run_chunk(done, n) -> (losses,
-    hits)`` up to the next checkpoint, evaluation, agreed stop check or multiple of ``every``;
-    each step published as this worker's shard of ``examples`` examples (its loss x
-    ``loss_scale``). Returns (steps done, stopped)."""
+    hits, *metric values)`` up to the next checkpoint, evaluation, agreed stop check or
+    multiple of ``every``; each step published as this worker's shard of ``examples``
+    examples (its loss x ``loss_scale``). Returns (steps done, stopped)."""
     done = start
     while done < job.steps:
         n = min(job.steps_per_execution, job.steps - done,
                 _until_next(done, every, job.checkpoint_every, job.eval_every, job.stop_check_every))
         t0 = time.perf_counter()
-        losses, hits = run_chunk(done, n)
+        losses, hits, *values = run_chunk(done, n)
         dt = time.perf_counter() - t0
         for j, loss in enumerate(losses):
             # this worker's shard: its mean loss and accuracy over its examples of the step
             check_loss(float(loss), done + j + 1, ctx["name"], job)
             pub.add(step=done + j + 1, worker=ctx["name"], loss=float(loss) * loss_scale,
                     accuracy=float(hits[j]) / examples, step_time=dt / n,
-                    examples_per_s=examples * n / dt, replicas=replicas)
+                    examples_per_s=examples * n / dt, replicas=replicas,
+                    **{name: float(v[j]) for (name, _, _), v in zip(metrics, values)})
         done += n
-        board.scalars(done, loss=float(losses[-1]) * loss_scale, examples_per_s=job.global_batch_size * n / dt)
+        board.scalars(done, loss=float(losses[-1]) * loss_scale, examples_per_s=job.global_batch_size * n / dt,
+                      **{name: float(v[-1]) for (name, _, _), v in zip(metrics, values)})
         pub.flush()
         if job.checkpoint_every and done % job.checkpoint_every == 0 and done < job.steps:
             manager.save(checkpoint_number=done)
             pub.event("checkpoint", step=done)
         if job.eval_every and done % job.eval_every == 0 and done < job.steps and ctx["is_chief"]:
-            _evaluate(model, job, ctx, pub, board, done)
+            _evaluate(model, job, ctx, pub, board, done, metrics)
         if done % job.stop_check_every == 0 or done >= job.steps:
             if int(agree(int(_stop_requested(job)))):
                 return done, True
@@ -248,14 +278,14 @@ def _until_next(done, *intervals):
     return min([i - done % i for i in intervals if i] or [1 << 30])
 
 
-def finish(model, job, ctx, pub, board, manager, done, stopped, **checkpoint_info):
+def finish(model, job, ctx, pub, board, manager, done, stopped, metrics=(), **checkpoint_info):
     """The last checkpoint, the final evaluation (chief), the weights; the task's result."""
     import numpy as np
 
     manager.save(checkpoint_number=done)
     pub.event("checkpoint", step=done, **checkpoint_info)
 
-    evaluation = _evaluate(model, job, ctx, pub, board, done) if ctx["is_chief"] else None
+    evaluation = _evaluate(model, job, ctx, pub, board, done, metrics) if ctx["is_chief"] else None
     board.close()
     weights = None
     if ctx["is_chief"]:
@@ -297,7 +327,7 @@ def train_parameter_server(job, ctx):
 def _train_parameter_server(job, ctx, strategy, coordinator):
     import tensorflow as tf
 
-    pub, model, opt, step, start, manager, board = prepare(strategy, job, ctx)
+    pub, model, opt, step, start, manager, board, metrics = prepare(strategy, job, ctx)
     worker_index = tf.distribute.coordinator.experimental_get_current_worker_index
     fn = build.dataset_fn(job, start_step=0, worker_index=worker_index, num_workers=job.workers)
     # each worker's own tf.data pipeline, given the input context distribute_datasets_from_function
@@ -308,10 +338,10 @@ def _train_parameter_server(job, ctx, strategy, coordinator):
     context = tf.distribute.InputContext(1, 0, strategy.num_replicas_in_sync)
     per_worker = coordinator.create_per_worker_dataset(lambda: fn(context))
     iterator = iter(per_worker)
-    step_fn = _step_fn(job, model, opt, step, build.loss(job), staleness=True)
+    step_fn = _step_fn(job, model, opt, step, build.loss(job), metrics, staleness=True)
 
-    looped = tf.function(_steps_fn(strategy, step_fn, outputs=3))
-    unrolled = tf.function(_steps_fn(strategy, step_fn, outputs=3, unroll=True))
+    looped = tf.function(_steps_fn(strategy, step_fn, outputs=3 + len(metrics)))
+    unrolled = tf.function(_steps_fn(strategy, step_fn, outputs=3 + len(metrics), unroll=True))
 
     @tf.function
     def run_looped(iterator, n):
@@ -344,7 +374,7 @@ def _train_parameter_server(job, ctx, strategy, coordinator):
         nonlocal done, retries
         remote, n = inflight.pop(0)
         try:
-            worker, (losses, hits, stale) = remote.fetch()
+            worker, (losses, hits, stale, *values) = remote.fetch()
         except tf.errors.UnavailableError:
             # the worker that ran these steps died before its results were read: they are
             # lost with it, so run them again elsewhere (the model may count a few extra)
@@ -360,9 +390,10 @@ def _train_parameter_server(job, ctx, strategy, coordinator):
             check_loss(float(loss), done + j + 1, f"worker:{int(worker)}", job)
             pub.add(step=done + j + 1, worker=f"worker:{int(worker)}", loss=float(loss),
                     accuracy=float(hits[j]) / job.global_batch_size, step_time=since / n,
-                    examples_per_s=job.global_batch_size * n / since, replicas=1, staleness=int(stale[j]))
+                    examples_per_s=job.global_batch_size * n / since, replicas=1, staleness=int(stale[j]),
+                    **{name: float(v[j]) for (name, _, _), v in zip(metrics, values)})
         done += n
-        board.scalars(done, loss=float(losses[-1]))
+        board.scalars(done, loss=float(losses[-1]), **{name: float(v[-1]) for (name, _, _), v in zip(metrics, values)})
         pub.flush()
 
     while scheduled < job.steps and not stopped:
@@ -384,12 +415,12 @@ def _train_parameter_server(job, ctx, strategy, coordinator):
                 manager.save(checkpoint_number=done)
                 pub.event("checkpoint", step=done)
             if job.eval_every and done % job.eval_every == 0:
-                _evaluate(model, job, ctx, pub, board, done)
+                _evaluate(model, job, ctx, pub, board, done, metrics)
         stopped = _stop_requested(job)
     coordinator.join()
     while inflight:
         collect_one()
-    return finish(model, job, ctx, pub, board, manager, done, stopped, model_steps=int(step.numpy()))
+    return finish(model, job, ctx, pub, board, manager, done, stopped, metrics, model_steps=int(step.numpy()))
 
 
 def _partitioner(job):

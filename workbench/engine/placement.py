@@ -1,20 +1,26 @@
 """Where a run's variables live, read on the engine after the model is built."""
 
 
-def variables(m, task):
+def variables(m, task, opt=None):
+    """A row per variable (a row per shard of a sharded one): the model's, then the
+    optimizer's state (its step counter, learning rate and slots such as Adam's m and v),
+    with ``kind`` "model" or "optimizer"."""
     import numpy as np
     import tensorflow as tf
 
     rows = []
-    for v in m.weights if hasattr(m, "weights") else m.variables:
-        for part in getattr(v, "variables", None) or [v]:  # ShardedVariable -> shards
-            rows.append({
-                "variable": getattr(v, "path", None) or v.name,
-                "shape": tuple(int(d) for d in part.shape),
-                "bytes": int(np.prod(part.shape)) * tf.as_dtype(part.dtype).size,
-                "device": _device(part),
-                "reported_by": task.name,
-            })
+    own = list(m.weights if hasattr(m, "weights") else m.variables)
+    state = list(getattr(opt, "variables", None) or [])
+    for kind, found in (("model", own), ("optimizer", state)):
+        for v in found:
+            for part in getattr(v, "variables", None) or [v]:  # ShardedVariable -> shards
+                rows.append({
+                    "variable": getattr(v, "path", None) or v.name,
+                    "shape": tuple(int(d) for d in part.shape),
+                    "bytes": int(np.prod(part.shape)) * tf.as_dtype(part.dtype).size,
+                    "device": _device(part),
+                    "kind": kind,
+                })
     return rows
 
 

@@ -20,7 +20,7 @@ from workbench.common.roles import STARTUP_ENV
 from workbench.engine import inventory
 
 
-_THREAD = "workbench-import-tensorflow"
+THREAD = "workbench-import-tensorflow"
 OPTIONAL = ("sklearn", "matplotlib")  # what Keras imports if present, and engines need not
 
 
@@ -28,7 +28,7 @@ class _LeaveOut(importlib.abc.MetaPathFinder):
     """Keras's optional imports fail as if not installed, in the start-up import's thread only."""
 
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in OPTIONAL and threading.current_thread().name == _THREAD:
+        if name.split(".")[0] in OPTIONAL and threading.current_thread().name == THREAD:
             raise ModuleNotFoundError(f"No module named {name!r} (left out of the engine's start-up import)",
                                       name=name)
         return None
@@ -48,7 +48,7 @@ def _import_tensorflow():
 def main():
     if not inventory._gpus():
         os.environ.update(STARTUP_ENV)
-        threading.Thread(target=_import_tensorflow, name=_THREAD, daemon=True).start()
+        threading.Thread(target=_import_tensorflow, name=THREAD, daemon=True).start()
     from ipyparallel.engine.app import main as engine_main
 
     engine_main()

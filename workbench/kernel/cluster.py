@@ -439,10 +439,11 @@ class Cluster:
 
     # -- runs --------------------------------------------------------------------------
     def train(self, model, data, *, loss="sparse_categorical_crossentropy", optimizer="sgd",
-              learning_rate=0.1, momentum=0.0, strategy="multi_worker_mirrored", workers=2, ps=0,
+              learning_rate=None, momentum=0.0, strategy="multi_worker_mirrored", workers=2, ps=0,
               global_batch_size=256, steps=300, seed=0, steps_per_execution=None,
               checkpoint_every=100, eval_every=0, variable_partitioner=None, devices=0,
-              average_every=None, stall_timeout=60.0, start_timeout=180.0, dashboard=None):
+              average_every=None, metrics=None, eval_data=None, stall_timeout=60.0, start_timeout=180.0,
+              dashboard=None):
         """Start a training run on the engines and return its ``Run`` at once.
 
         ``strategy``: "multi_worker_mirrored" (sync all-reduce over ``workers`` engines),
@@ -452,6 +453,24 @@ class Cluster:
         average them every ``average_every`` steps) or "single" (one engine, one device). Every argument is checked here, before any
         engine is touched. ``dashboard``: show the live dashboard (default: when running
         in a notebook kernel).
+
+        What ``model.compile`` takes, trained as a correct ``tf.distribute`` custom loop:
+
+        - ``loss``: a name, a ``keras.losses.Loss`` object with any reduction, or a callable
+          returning per-example losses. The workbench always averages the per-example losses
+          over the global batch, and adds the model's own losses (regularizers, ``add_loss``)
+          with ``tf.nn.scale_regularization_loss``: n replicas train as one process would.
+        - ``optimizer``: "sgd", "adam", "rmsprop", "adagrad" (with ``learning_rate``, default
+          0.1: a number, ``wb.linear_scaling(...)`` or any Keras ``LearningRateSchedule``, and
+          ``momentum`` for SGD), a Keras optimizer object (rebuilt on every engine from its
+          config, with its clipping, weight decay and schedule), or a callable returning one.
+          Under synchronous strategies clipping applies to the gradient summed over all
+          replicas (the global batch's), as in one process; Keras 3 alone would clip each
+          replica's part.
+        - ``metrics``: Keras metric names or objects, computed per worker on each step's batch
+          (columns of ``run.history``) and over the evaluation data (``run.evaluations``).
+        - ``eval_data``: what evaluation reads (numpy ``(x, y)``, a ``Data`` or a finite
+          ``dataset_fn``); by default the test split of numpy ``data``.
         """
         from workbench.kernel.train import make_job
 
@@ -463,7 +482,7 @@ class Cluster:
             global_batch_size=global_batch_size, steps=steps, seed=seed,
             steps_per_execution=steps_per_execution, checkpoint_every=checkpoint_every,
             eval_every=eval_every, variable_partitioner=variable_partitioner, devices=devices,
-            average_every=average_every,
+            average_every=average_every, metrics=metrics, eval_data=eval_data,
         )
         stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
         start_timeout = validate.positive_float("start_timeout", start_timeout)

@@ -20,8 +20,9 @@ def summary(run, label):
         row.update({"final loss": float(glob.loss.iloc[-10:].mean()), "steps/s": steps_per_s,
                     "examples/s": steps_per_s * run.job.global_batch_size,
                     "wall time (s)": float(glob.elapsed.iloc[-1])})
-    if run.evaluation:
-        row["test accuracy"] = run.evaluation["test_accuracy"]
+    for name, value in (run.evaluation or {}).items():
+        if name.startswith("test_") and name != "test_loss":
+            row[name.replace("_", " ")] = value
     return row
 
 

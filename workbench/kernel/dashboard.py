@@ -208,6 +208,9 @@ class Dashboard:
         steps_per_s = (steps.step.max() - steps.step.min()) / span if span > 0 else float("nan")
         parts = [f"<b>{total:,.0f}</b> examples/s in total",
                  f"{steps_per_s:,.1f} steps/s", f"step time {recent.step_time.median() * 1000:.2f} ms"]
+        for name in self.run.job.metric_names:  # the user's metrics: mean over the last 5 s
+            if name in recent:
+                parts.append(f"{html.escape(name)} {recent[name].mean():.3f}")
         base = self._baseline()
         if base:
             parts.append(f"scaling efficiency {total / (len(per_worker) * base):.2f} "
@@ -239,8 +242,9 @@ class Dashboard:
             rate = (h.step.max()) / max(h.elapsed.max(), 1e-9)
             if rate > 0:
                 text += f" · ETA {max(run.job.steps - run.step, 0) / rate:,.0f} s"
-        if run.evaluation:
-            text += f" · test accuracy {run.evaluation['test_accuracy']:.3f}"
+        for name, value in (run.evaluation or {}).items():
+            if name.startswith("test_") and name != "test_loss":
+                text += f" · {name.replace('_', ' ')} {value:.3f}"
         return text
 
     def _engines_text(self):

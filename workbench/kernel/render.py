@@ -112,7 +112,9 @@ def placement_svg(tasks, variables, width=640):
                         f'<text x="{bx + 6}" y="{by + 45}">devices: {html.escape(short)}</text>')
             if mine:
                 total = sum(int(v["bytes"]) for v in mine)
-                rows.append(f'<text x="{bx + 6}" y="{by + 60}">{len(mine)} variables, {total:,} bytes</text>')
+                state = sum(int(v["bytes"]) for v in mine if v.get("kind") == "optimizer")
+                of_which = f" ({state:,} optimizer state)" if state else ""
+                rows.append(f'<text x="{bx + 6}" y="{by + 60}">{len(mine)} variables, {total:,} bytes{of_which}</text>')
         y += host_h + 8
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{y}" '
             f'style="font:11px sans-serif">{"".join(rows)}</svg>')

@@ -120,7 +120,8 @@ class Run:
     @property
     def history(self):
         """One row per (worker, step): loss, batch accuracy, examples/s, step time, seconds
-        since the run started (and, for parameter-server runs, the step's staleness).
+        since the run started (and, for parameter-server runs, the step's staleness), then
+        a column per metric of ``train(metrics=...)``: its value on the worker's batch.
         Grows while the run trains."""
         import pandas as pd
 
@@ -136,6 +137,7 @@ class Run:
         df["elapsed"] = df["time"] - self._started
         if "staleness" in df:  # asynchronous runs: other updates applied during each step
             cols.append("staleness")
+        cols += [m for m in self.job.metric_names if m in df]
         df = df[cols].reset_index(drop=True)
         self._history = (version, df)
         return df.copy()
@@ -144,8 +146,9 @@ class Run:
     def evaluations(self):
         import pandas as pd
 
-        return pd.DataFrame([e for e in self._events if e["kind"] == "eval"],
-                            columns=["step", "test_accuracy", "test_loss"])
+        rows = [{k: v for k, v in e.items() if k not in ("kind", "time")} for e in self._events if e["kind"] == "eval"]
+        columns = ["step", "test_accuracy", "test_loss"]
+        return pd.DataFrame(rows, columns=columns + sorted({k for r in rows for k in r} - set(columns)))
 
     @property
     def events(self):
@@ -164,10 +167,12 @@ class Run:
 
     @property
     def placement(self):
-        """Every task (role, index, host, pid, devices) and every variable with its device."""
+        """Every task (role, index, host, pid, devices) and every variable with its device,
+        shape, bytes and ``kind``: "model", or "optimizer" for the optimizer's state (Adam's
+        m and v, momentum, its step counter), which lives beside the variables it updates."""
         import pandas as pd
 
-        cols = ["role", "task", "engine", "host", "pid", "device", "variable", "shape", "bytes"]
+        cols = ["role", "task", "engine", "host", "pid", "device", "variable", "shape", "bytes", "kind"]
         rows, tasks = [], {}
         for ev in self._events:
             if ev["kind"] != "placement":
@@ -179,7 +184,7 @@ class Run:
             for v in ev["variables"]:
                 role, task = _job_task(v["device"])
                 rows.append({"role": role, "task": task, "device": v["device"], "variable": v["variable"],
-                             "shape": v["shape"], "bytes": v["bytes"]})
+                             "shape": v["shape"], "bytes": v["bytes"], "kind": v.get("kind", "model")})
         rank = {"chief": 0, "ps": 1, "worker": 2, "local": 3}
         df = pd.DataFrame(list(tasks.values()) + rows, columns=cols)
         # tasks report in any order: sort so the table reads the same every time

@@ -9,18 +9,17 @@ import uuid
 
 import numpy as np
 
-from workbench import schedules
 from workbench.common import validate
 from workbench.common.job import Job, default_steps_per_execution
 from workbench.datasets import Data
 from workbench.engine import strategies
 from workbench.errors import invalid
-from workbench.kernel import home
+from workbench.kernel import home, keras_args
 
 
 def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum, strategy, workers,
              ps, global_batch_size, steps, seed, steps_per_execution, checkpoint_every, eval_every,
-             variable_partitioner, devices, average_every=None, run_dir=None):
+             variable_partitioner, devices, average_every=None, metrics=None, eval_data=None, run_dir=None):
     strategy = validate.choice("strategy", strategy, strategies.names())
     adapter = strategies.get(strategy)
     validate.topology(strategy, workers, ps, adapter, available=available)
@@ -28,12 +27,11 @@ def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum
         raise invalid("model", model, "a callable that returns a keras.Model or tf.Module "
                       "(for example wb.models.mlp() or a function that builds one)")
     data = _data(data)
-    validate.name_or_callable("loss", loss, validate.LOSSES)
-    validate.name_or_callable("optimizer", optimizer, validate.OPTIMIZERS)
-    learning_rate = schedules.check("learning_rate", learning_rate)
+    eval_data = None if eval_data is None else _data(eval_data, "eval_data", held_out=True)
+    loss, loss_name = keras_args.loss(loss)
     momentum = validate.fraction("momentum", momentum)
-    if momentum and optimizer != "sgd":
-        raise invalid("momentum", momentum, f"0 with optimizer={optimizer!r} (momentum applies to 'sgd')")
+    optimizer, learning_rate = keras_args.optimizer(optimizer, learning_rate, momentum)
+    metrics = keras_args.metrics(metrics, loss_name)
     global_batch_size = validate.positive_int("global_batch_size", global_batch_size)
     steps = validate.positive_int("steps", steps)
     if seed is not None:
@@ -87,14 +85,16 @@ def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum
         workers=workers, ps=ps, steps_per_execution=steps_per_execution,
         checkpoint_every=checkpoint_every, eval_every=eval_every,
         stop_check_every=max(steps_per_execution, 10), variable_partitioner=variable_partitioner,
-        devices=devices, average_every=average_every,
+        devices=devices, average_every=average_every, metrics=metrics, eval_data=eval_data, loss_name=loss_name,
     )
 
 
-def _data(data):
+def _data(data, name="data", held_out=False):
+    """``data`` (or ``eval_data``, whose numpy arrays are all held out for evaluation) as a
+    ``Data`` or a dataset_fn."""
     if isinstance(data, Data):
-        if len(data.x_train) == 0:
-            raise invalid("data", data, "training data with at least one example")
+        if len(data.x_train) == 0 and not held_out:
+            raise invalid(name, data, "training data with at least one example")
         return data
     if isinstance(data, tuple) and len(data) in (2, 4):
         from workbench import datasets
@@ -102,12 +102,14 @@ def _data(data):
         try:
             arrays = [np.asarray(a) for a in data]
         except Exception as e:
-            raise invalid("data", type(data).__name__, f"numpy-convertible arrays ({e})") from e
+            raise invalid(name, type(data).__name__, f"numpy-convertible arrays ({e})") from e
         if any(a.dtype == object for a in arrays):
-            raise invalid("data", "arrays of dtype object", "numeric arrays (x, y)")
+            raise invalid(name, "arrays of dtype object", "numeric arrays (x, y)")
+        if held_out and len(arrays) == 2:
+            return datasets.from_numpy(*arrays, name="eval_data", test_fraction=1.0)
         return datasets.from_numpy(*arrays)
     if callable(data):
         return data
-    raise invalid("data", type(data).__name__,
+    raise invalid(name, type(data).__name__,
                   "wb.datasets.digits() (or another wb.datasets Data), numpy (x, y), "
                   "or a dataset_fn(input_context) -> tf.data.Dataset")

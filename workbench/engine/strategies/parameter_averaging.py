@@ -23,13 +23,15 @@ def train(job, ctx):
     # the collectives that average the replicas; the replicas themselves are plain
     # variables of this process, trained with no strategy at all
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    pub, model, opt, step, start, manager, board = loop.prepare(tf.distribute.get_strategy(), job, ctx)
+    pub, model, opt, step, start, manager, board, metrics = loop.prepare(tf.distribute.get_strategy(), job, ctx)
     local = job.global_batch_size // job.workers
     context = tf.distribute.InputContext(num_input_pipelines=job.workers,
                                          input_pipeline_id=ctx["task"].index, num_replicas_in_sync=job.workers)
     iterator = iter(build.dataset_fn(job, start_step=start)(context))
     # each worker's loss is the mean over its own m = global/n examples
-    step_fn = loop._step_fn(dataclasses.replace(job, global_batch_size=local), model, opt, step, build.loss(job))
+    step_fn = loop._step_fn(dataclasses.replace(job, global_batch_size=local), model, opt, step, build.loss(job),
+                            metrics)
+    outputs = 2 + len(metrics)
     variables = build.trainable(model)
 
     def average():
@@ -42,16 +44,13 @@ def train(job, ctx):
 
     @tf.function
     def run_steps(iterator, n, then_average):
-        losses = tf.TensorArray(tf.float32, size=n)
-        hits = tf.TensorArray(tf.float32, size=n)
+        columns = [tf.TensorArray(tf.float32, size=n) for _ in range(outputs)]
         for i in tf.range(n):
             x, y = next(iterator)
-            loss, hit = step_fn(x, y)
-            losses = losses.write(i, loss)
-            hits = hits.write(i, hit)
+            columns = [c.write(i, v) for c, v in zip(columns, step_fn(x, y))]
         if then_average:
             average()
-        return tf.stack([losses.stack(), hits.stack()])
+        return tf.stack([c.stack() for c in columns])
 
     k = job.average_every
 
@@ -59,7 +58,7 @@ def train(job, ctx):
         return run_steps(iterator, tf.constant(n), (done + n) % k == 0).numpy()
 
     done, stopped = loop.lockstep(job, ctx, pub, board, manager, model, start, run_chunk,
-                                  loop.agreement(strategy), examples=local, every=k)
+                                  loop.agreement(strategy), examples=local, every=k, metrics=metrics)
     if done % k:  # the run ends on the average of the replicas, as Deeplearning4j's does
         tf.function(average)()
-    return loop.finish(model, job, ctx, pub, board, manager, done, stopped)
+    return loop.finish(model, job, ctx, pub, board, manager, done, stopped, metrics)
