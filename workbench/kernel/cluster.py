@@ -17,10 +17,29 @@ _LIVE = weakref.WeakSet()
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-@atexit.register
 def _stop_all():
-    for cluster in list(_LIVE):
-        cluster.stop()
+    """At interpreter exit: stop every cluster this process started, quietly. Runs still
+    training end as stopped by the cluster (their run directories say so)."""
+    clusters = list(_LIVE)
+    for cluster in clusters:
+        try:
+            cluster.stop()
+        except Exception:  # exit goes on: the reaper ends what is left
+            pass
+    for cluster in clusters:
+        for run in cluster.runs:
+            run._done.wait(5)  # the watcher records the run's end before the interpreter tears down
+
+
+def _stop_all_at_exit():
+    """Register ``_stop_all`` (again) now that ipyparallel and pyzmq are imported: atexit
+    runs handlers last-registered first, so it runs before pyzmq's garbage collector stops
+    (after which freeing a zero-copy message prints ``RuntimeError: zmq gc socket requested
+    during shutdown``, once per message) and while every socket still works."""
+    import zmq.utils.garbage  # noqa: F401  (registers pyzmq's own handler first)
+
+    atexit.unregister(_stop_all)
+    atexit.register(_stop_all)
 
 
 class Cluster:
@@ -78,6 +97,7 @@ class Cluster:
             return self
         import ipyparallel as ipp
 
+        _stop_all_at_exit()
         if self.attached:
             try:
                 self.client = ipp.Client(profile=self.profile, cluster_id=self._find_cluster_id())
@@ -128,6 +148,7 @@ class Cluster:
                 options.setdefault("send_engines_connection_env", False)
                 options.setdefault("delay", 0)
         options.setdefault("log_level", 40)
+        options.setdefault("shutdown_atexit", False)  # ours stops it first, without its stderr line
         try:
             self._ipp = ipp.Cluster(
                 n=self.n, profile_dir=str(home.profile_dir()), engines=self.launcher,
