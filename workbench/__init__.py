@@ -15,6 +15,7 @@ from workbench.errors import (
 )
 from workbench.kernel.cluster import Cluster
 from workbench.kernel.compare import compare
+from workbench.kernel.recorded import load
 from workbench.records import history, runs
 from workbench.schedules import linear_scaling
 
@@ -26,6 +27,7 @@ __all__ = [
     "linear_scaling",
     "runs",
     "history",
+    "load",
     "datasets",
     "models",
     "WorkbenchError",

@@ -493,6 +493,20 @@ class Cluster:
             run.dashboard().show()
         return run
 
+    def resume(self, run, steps=None, *, workers=None, ps=None, stall_timeout=60.0, start_timeout=180.0):
+        """Continue a recorded run (``run``: its id, a unique prefix of it, or a ``Run``) on
+        this cluster from its last checkpoint, in its run directory, up to ``steps`` total
+        steps (default: its target), whichever kernel started it. Its history goes on from
+        the checkpoint: steps done after it by an interrupted attempt are done again, once.
+
+        ``workers`` (multi_worker_mirrored, parameter_server) and ``ps`` (parameter_server,
+        unsharded variables) may differ from the run's; everything else is the run's own."""
+        from workbench.kernel import recorded
+
+        self._require_running()
+        return recorded.resume(self, run, steps=steps, workers=workers, ps=ps, stall_timeout=stall_timeout,
+                               start_timeout=start_timeout)
+
     def _require_idle(self):
         busy = [r for r in self.runs if not r.done]
         if busy:

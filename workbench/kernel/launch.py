@@ -29,12 +29,23 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
         job = replace(job, resume=True, steps=steps or job.steps,
                       run_id=job.run_id.split("~")[0] + f"~{int(time.time())}")
     job = replace(job, tasks=tasks)
-    Path(job.run_dir).mkdir(parents=True, exist_ok=True)
-    (Path(job.run_dir) / "STOP").unlink(missing_ok=True)
+    run_dir = Path(job.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "STOP").unlink(missing_ok=True)
+    if resume:  # the run is live again; its steps after the checkpoint will be done again
+        (run_dir / "result.json").unlink(missing_ok=True)
+        (run_dir / "weights.npz").unlink(missing_ok=True)
+        saved = records.checkpoint_step(run_dir)
+        if saved is not None:
+            records.truncate(run_dir, saved)
+    # cloudpickle ships functions defined in a notebook (__main__) by value; the same bytes
+    # in the run directory let any later kernel resume the run (``Cluster.resume``)
+    payload = cloudpickle.dumps(job)
+    tmp = run_dir / f".job.pkl.{os.getpid()}.tmp"
+    tmp.write_bytes(payload)
+    tmp.replace(run_dir / "job.pkl")
     _write_record(cluster, job, tasks)
     cluster.mark(tasks)
-    # cloudpickle ships functions defined in a notebook (__main__) by value
-    payload = cloudpickle.dumps(job)
     results = {}
     servers = [t for t in tasks if job.strategy == "parameter_server" and t.role != "chief"]
     for t in servers:  # PS and worker servers first: the coordinator connects to them
@@ -62,7 +73,7 @@ def _write_record(cluster, job, tasks):
         "run_id": job.run_id, "strategy": job.strategy, "workers": job.workers, "ps": job.ps,
         "devices": job.devices, "steps": job.steps, "global_batch_size": job.global_batch_size,
         "started": time.time(), "notebook": os.environ.get("JPY_SESSION_NAME"), "kernel_pid": os.getpid(),
-        "cluster": cluster.cluster_tag,
+        "cluster": cluster.cluster_tag, "profile": cluster.profile if cluster.attached else None,
         "tasks": [{"role": t.role, "index": t.index, "engine": t.engine_id, "host": info[t.engine_id].host,
                    "pid": info[t.engine_id].pid} for t in tasks],
     })

@@ -352,6 +352,12 @@ class Run:
             "evaluation": self.evaluation,
         }
         try:
+            for r in self._outcome.values():  # the final weights, for kernels that load the run later
+                if r.get("weights") is not None:
+                    import numpy as np
+
+                    with open(self.run_dir / "weights.npz", "wb") as f:
+                        np.savez(f, *r["weights"])
             (self.run_dir / "result.json").write_text(json.dumps(record, indent=1))
         except OSError:
             pass
