@@ -21,6 +21,13 @@ from workbench.schedules import linear_scaling
 
 __version__ = "0.1.0"
 
+
+def load_ipython_extension(ipython):
+    """``%load_ext workbench``: the ``%wb`` magics (``workbench.kernel.magics``)."""
+    from workbench.kernel import magics
+
+    magics.load_ipython_extension(ipython)
+
 __all__ = [
     "Cluster",
     "compare",
