@@ -230,4 +230,6 @@ def history(run, home=None):
                 continue  # a line cut short when its engine died
             if "step" in row:
                 rows.append(row)
+    if not rows:  # started, no step yet
+        return pd.DataFrame(columns=["step", "worker", "loss", "accuracy", "examples_per_s", "step_time", "time"])
     return pd.DataFrame(rows).sort_values(["step", "worker"], kind="stable").reset_index(drop=True)

@@ -83,6 +83,7 @@ class Cluster:
         self._state = {}  # engine id -> TF state fingerprint (None: no TF state yet)
         self._pids = set()  # local pids this object started
         self._retired = set()  # engine ids replaced by recycling
+        self._busy = set()  # attached: engines busy with a run of another kernel
         self._pidfile = None  # the reaper's list of this cluster's PIDs
         self._record = None  # clusters/<id>.json, what the Workbench panel shows
         self._reaper = None
@@ -109,11 +110,21 @@ class Cluster:
         try:
             if self.attached:
                 self.client.wait_for_engines(1, timeout=self.timeout, interactive=False)
-            self._take_inventory(self.client.ids)
+            self._take_inventory([e for e in self.client.ids if e not in self._find_busy()])
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _find_busy(self):
+        """Engines of an attached cluster still running a task (a run whose kernel went
+        away): asking them for an inventory would wait for the end of the run. They join
+        ``engine_info`` when their run is re-attached (``wb.load``)."""
+        if not self.attached:
+            return set()
+        status = self.client.queue_status()
+        self._busy = {e for e, s in status.items() if isinstance(s, dict) and s.get("queue")}
+        return self._busy
 
     def _find_cluster_id(self):
         """The given cluster id, or the only cluster running in the profile."""
@@ -269,6 +280,9 @@ class Cluster:
         on the same host, so that the TF cluster spec of the other engines stays valid.
         """
         ids = list(ids)
+        if not ids:  # attached, every engine busy with a run of another kernel
+            self._write_record()
+            return
         reports = self.client[ids].apply_async(inventory.report, self._controller_host()).get(timeout=self.timeout)
         taken = {(e.host, e.port) for e in self._info.values()}
         for eid, r in zip(ids, reports):

@@ -62,6 +62,10 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
         if t not in servers:
             results[t.name] = cluster.client[t.engine_id].apply_async(entry.run_task, payload, t)
     ordered = {t.name: results[t.name] for t in tasks}
+    if cluster.attached:  # its engines outlive this kernel: a later one re-attaches by message id
+        record = records._read_json(run_dir / "run.json") or {}
+        record["msg_ids"] = {name: ar.msg_ids[0] for name, ar in ordered.items()}
+        records.write_json(run_dir / "run.json", record)
     return Run(cluster, job, tasks, ordered, stall_timeout=stall_timeout, start_timeout=start_timeout)
 
 

@@ -49,6 +49,32 @@ def resolve(run_id, home=None):
                   + (f"the closest are: {', '.join(close)}" if close else "there is none yet"))
 
 
+def read_metrics(run_dir, offsets):
+    """The rows and events appended to a run's ``metrics/*.jsonl`` since ``offsets`` (a dict
+    of per-file read offsets, updated), as ``Run._merge`` takes them."""
+    rows, events = [], []
+    for path in sorted((Path(run_dir) / "metrics").glob("*.jsonl")):
+        offset = offsets.get(path.name, 0)
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except OSError:
+            continue
+        end = chunk.rfind(b"\n") + 1  # a line being written is read next time
+        offsets[path.name] = offset + end
+        for line in chunk[:end].splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if "step" in row:
+                rows.append(row)
+            elif "event" in row:
+                events.append(row["event"])
+    return {"rows": rows, "events": events}
+
+
 def load(run_id, home=None):
     """The run ``run_id`` (a unique prefix is enough), read back from its run directory:
     status, ``history``, ``events``, ``placement``, ``evaluation``, ``weights()``,
@@ -91,24 +117,7 @@ class RecordedRun(Run):
 
     def refresh(self):
         """Read the rows, events and outcome written since the last read."""
-        for path in sorted((self.run_dir / "metrics").glob("*.jsonl")):
-            offset = self._offsets.get(path.name, 0)
-            with open(path, "rb") as f:
-                f.seek(offset)
-                chunk = f.read()
-            end = chunk.rfind(b"\n") + 1  # a line being written is read next time
-            self._offsets[path.name] = offset + end
-            rows, events = [], []
-            for line in chunk[:end].splitlines():
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if "step" in row:
-                    rows.append(row)
-                elif "event" in row:
-                    events.append(row["event"])
-            self._merge({"rows": rows, "events": events})
+        self._merge(read_metrics(self.run_dir, self._offsets))
         if self._rows:  # a resumed run's run.json says when the last attempt started
             self._started = min(self._started or float("inf"), min(r["time"] for r in self._rows.values()))
         self._record = self._book.run(self.run_dir) or {}

@@ -48,6 +48,7 @@ class Run:
         self._finished = None
         self._done = threading.Event()
         self._dashboard = None
+        self._tail = None  # re-attached runs: reads the metrics files (rows published before)
         from workbench.engine import strategies
         from workbench.kernel.recovery import EngineWatch
 
@@ -254,6 +255,8 @@ class Run:
                 if lost is not None:
                     self._error = lost
                     break
+                if self._tail is not None:
+                    self._tail()
                 step = self.step
                 if step != last_step:
                     last_progress, last_step = time.monotonic(), step
