@@ -119,6 +119,25 @@ class Run:
         return any(r.get("stopped") for r in self._outcome.values())
 
     @property
+    def status(self):
+        """running, finished, stopped or failed (as ``wb.runs()`` and ``wb.load`` say it)."""
+        if not self.done:
+            return "running"
+        return "failed" if self._error is not None else "stopped" if self.stopped else "finished"
+
+    @property
+    def error(self):
+        """The first line of the error the run ended with, or None."""
+        return None if self._error is None else str(self._error).splitlines()[0]
+
+    @property
+    def checkpoint(self):
+        """The step of the run's last checkpoint (where a resume starts), or None."""
+        from workbench import records
+
+        return records.checkpoint_step(self.run_dir)
+
+    @property
     def history(self):
         """One row per (worker, step): loss, batch accuracy, examples/s, step time, seconds
         since the run started (and, for parameter-server runs, the step's staleness).
