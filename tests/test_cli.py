@@ -28,3 +28,26 @@ def test_cli_refuses_bad_arguments_before_starting_a_cluster(tmp_path):
     assert out.returncode == 2
     assert "Invalid value for argument 'strategy'" in out.stderr and "Did you mean 'parameter_server'" in out.stderr
     assert not (tmp_path / "home" / "ipython").exists(), "a cluster was started for a bad argument"
+
+
+@pytest.mark.cluster
+def test_cli_lists_shows_and_resumes_a_run_with_another_number_of_workers(tmp_path):
+    out = run_cli(tmp_path, "train", "--strategy", "multi_worker_mirrored", "--workers", "2", "--steps", "40",
+                  "--global-batch-size", "64", "--checkpoint-every", "20", "--no-progress")
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_id = out.stdout.split("run ", 1)[1].split(":", 1)[0]
+    listed = run_cli(tmp_path, "runs")
+    assert listed.returncode == 0 and run_id in listed.stdout and "finished" in listed.stdout, listed.stderr
+    refused = run_cli(tmp_path, "resume", run_id[:-3], "--steps", "60", "--workers", "3")
+    assert refused.returncode == 2 and "Invalid value for argument 'workers'" in refused.stderr, refused.stderr
+    resumed = run_cli(tmp_path, "resume", run_id[:-3], "--steps", "60", "--workers", "1", "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "steps          60/60" in resumed.stdout and "workers=1" in resumed.stdout
+    shown = run_cli(tmp_path, "show", run_id)
+    assert shown.returncode == 0 and "status         finished" in shown.stdout and "steps          60/60" in shown.stdout
+    assert "checkpoint     step 60" in shown.stdout, shown.stdout
+    import workbench as wb
+
+    h = wb.history(tmp_path / "home" / "runs" / run_id)
+    assert list(h[h.worker == "worker:0"].step) == list(range(1, 61))
+    assert list(h[h.worker == "worker:1"].step) == list(range(1, 41)), "the second worker left at the resume"

@@ -15,10 +15,18 @@ from workbench.errors import (
 )
 from workbench.kernel.cluster import Cluster
 from workbench.kernel.compare import compare
+from workbench.kernel.recorded import load
 from workbench.records import history, runs
 from workbench.schedules import linear_scaling
 
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext workbench``: the ``%wb`` magics (``workbench.kernel.magics``)."""
+    from workbench.kernel import magics
+
+    magics.load_ipython_extension(ipython)
 
 __all__ = [
     "Cluster",
@@ -26,6 +34,7 @@ __all__ = [
     "linear_scaling",
     "runs",
     "history",
+    "load",
     "datasets",
     "models",
     "WorkbenchError",

@@ -1,4 +1,7 @@
-"""``python -m workbench train ...``: the notebook's training runs, headless, with a progress bar."""
+"""``python -m workbench train ...``: the notebook's training runs, headless, with a progress bar.
+
+``runs`` lists the recorded runs, ``show RUN`` prints one (a unique prefix of its id is
+enough), ``resume RUN --steps N`` continues one from its last checkpoint on a local cluster."""
 
 import argparse
 import sys
@@ -27,6 +30,15 @@ def _parser():
     t.add_argument("--average-every", type=int, default=None, help="parameter_averaging: steps between averages")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
+    sub.add_parser("runs", help="list the runs recorded under the workbench home, newest first")
+    s = sub.add_parser("show", help="one recorded run: status, steps, loss, evaluation, events, checkpoint")
+    s.add_argument("run", help="a run id, or a unique prefix of one")
+    r = sub.add_parser("resume", help="continue a recorded run from its last checkpoint on a local cluster")
+    r.add_argument("run", help="a run id, or a unique prefix of one")
+    r.add_argument("--steps", type=int, default=None, help="total steps to reach (default: the run's own)")
+    r.add_argument("--workers", type=int, default=None, help="another number of workers, where the strategy allows")
+    r.add_argument("--ps", type=int, default=None, help="another number of PS tasks (parameter_server)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     return p
 
 
@@ -69,6 +81,69 @@ def train(args, out=sys.stdout):
     return run
 
 
+def list_runs(out=sys.stdout):
+    import pandas as pd
+
+    import workbench as wb
+
+    table = wb.runs()
+    if table.empty:
+        print("no runs recorded yet", file=out)
+        return
+    table = table.drop(columns=["run_dir", "notebook"]).copy()
+    table["loss"] = table["loss"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
+    table["error"] = table["error"].fillna("").str.slice(0, 60)
+    print(table.to_string(index=False), file=out)
+
+
+def show(args, out=sys.stdout):
+    import workbench as wb
+
+    run = wb.load(args.run)
+    print(describe(run), file=out)
+    return run
+
+
+def describe(run):
+    """A recorded run in a few lines: what it is, where it got, how it ended."""
+    h = run.history
+    job = run.job
+    lines = [f"run {run.id}: {job.strategy}, workers={job.workers}, ps={job.ps}",
+             f"  status         {run.status}" + (f": {run.error}" if run.error else ""),
+             f"  steps          {run.final_step}/{job.steps}"]
+    if len(h):
+        lines.append(f"  final loss     {h.loss.iloc[-10:].mean():.4f} (mean of the last 10 steps)")
+    if run.evaluation:
+        lines.append(f"  test accuracy  {run.evaluation['test_accuracy']:.4f}")
+    saved = run.checkpoint
+    lines.append(f"  checkpoint     " + (f"step {saved}" if saved is not None else "none"))
+    ev = run.events
+    if len(ev):
+        counts = ev.kind.value_counts()
+        lines.append("  events         " + ", ".join(f"{k} x{v}" for k, v in counts.items()))
+    lines.append(f"  run directory  {run.run_dir}")
+    return "\n".join(lines)
+
+
+def resume(args, out=sys.stdout):
+    import workbench as wb
+
+    run = wb.load(args.run)
+    job = run.job
+    workers = args.workers if args.workers is not None else job.workers
+    ps = args.ps if args.ps is not None else job.ps
+    from workbench.engine import strategies
+
+    adapter = strategies.get(job.strategy)
+    counts = {"chief": 1, "local": 1, "ps": ps, "worker": workers}
+    with wb.Cluster(engines=sum(counts[r] for r in adapter.ROLES)) as cluster:
+        resumed = cluster.resume(run.id, steps=args.steps, workers=args.workers, ps=args.ps)
+        _follow(resumed, out, progress=not args.no_progress)
+        resumed.wait()
+        print(summary(resumed), file=out)
+    return resumed
+
+
 def check(model, data, options):
     from workbench.kernel.train import make_job
 
@@ -108,8 +183,9 @@ def summary(run):
 
 def main(argv=None):
     args = _parser().parse_args(argv)
+    command = {"train": train, "runs": lambda a: list_runs(), "show": show, "resume": resume}[args.command]
     try:
-        train(args)
+        command(args)
     except WorkbenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,8 +1,10 @@
 """What runs and clusters leave on disk under ``$WORKBENCH_HOME``, read back without a kernel.
 
 A run directory holds ``run.json`` (written at launch: strategy, topology, steps, the
-notebook and kernel that started it, its tasks), ``metrics/<task>.jsonl`` (one row per
-step and worker, events), ``result.json`` (written when the run ends) and ``tensorboard/``.
+notebook and kernel that started it, its tasks), ``job.pkl`` (the cloudpickled job: model,
+data, loss and optimizer functions included, so that any kernel can resume it),
+``metrics/<task>.jsonl`` (one row per step and worker, events), ``checkpoints/``,
+``result.json`` and ``weights.npz`` (written when the run ends) and ``tensorboard/``.
 A cluster started by a kernel keeps ``clusters/<id>.json`` (its engines and their roles)
 while it runs. The JupyterLab panel and ``wb.runs()`` read these, so they see runs started
 from any notebook or the CLI, after their kernel has gone.
@@ -174,6 +176,38 @@ def runs(home=None):
     return pd.DataFrame([{k: r[k] for k in columns} for r in Records(home).runs(limit=10**6)], columns=columns)
 
 
+def checkpoint_step(run_dir):
+    """The step of the run's last checkpoint (what a resume starts from), or None. Read from
+    TensorFlow's ``checkpoints/checkpoint`` text file: no TensorFlow needed."""
+    import re
+
+    try:
+        text = (Path(run_dir) / "checkpoints" / "checkpoint").read_text()
+    except OSError:
+        return None
+    m = re.search(r'^model_checkpoint_path:\s*"[^"]*ckpt-(\d+)"', text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def truncate(run_dir, step):
+    """Drop the metrics rows and events after ``step`` (a resume starts after it): steps an
+    interrupted attempt did past its last checkpoint are done again, and the history keeps
+    each step once."""
+    for path in sorted((Path(run_dir) / "metrics").glob("*.jsonl")):
+        kept = []
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a line cut short when its engine or kernel died
+            at = row["step"] if "step" in row else (row.get("event") or {}).get("step")
+            if at is None or at <= step:
+                kept.append(line + "\n")
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text("".join(kept))
+        tmp.replace(path)
+
+
 def history(run, home=None):
     """Every step row a run wrote (``metrics/*.jsonl``), as ``run.history`` has them, read
     from its run directory: ``run`` is a run id (under the workbench home) or a directory."""
@@ -196,4 +230,6 @@ def history(run, home=None):
                 continue  # a line cut short when its engine died
             if "step" in row:
                 rows.append(row)
+    if not rows:  # started, no step yet
+        return pd.DataFrame(columns=["step", "worker", "loss", "accuracy", "examples_per_s", "step_time", "time"])
     return pd.DataFrame(rows).sort_values(["step", "worker"], kind="stable").reset_index(drop=True)

@@ -1,4 +1,5 @@
-"""07: kill a worker during a PS run and watch it continue; resume a sync run from its checkpoint."""
+"""07: kill a worker during a PS run and watch it continue; resume a sync run from its checkpoint;
+kill the kernel of a run and finish that run from another kernel."""
 
 from make_notebooks import code, md
 
@@ -101,6 +102,69 @@ print(f"test accuracy >= 0.90: {resumed.evaluation['test_accuracy'] >= 0.90}")
 The steps between the checkpoint (step 500) and the failure were lost and redone: at most
 one `checkpoint_every` interval. Checkpoint more often to lose less, at the price of the
 time each save takes.
+"""),
+        md("""
+## The kernel dies
+
+A kernel can die too: out of memory, a crash, a restart. A local cluster goes with it (a
+reaper process ends its engines within seconds), but the run's directory stays: its
+checkpoints, its metrics, and the job itself, model and data functions included. Here a
+second Python process stands in for a notebook kernel: it starts its own cluster and a
+synchronous run, and we `SIGKILL` it once the run has saved a checkpoint.
+"""),
+        code("""
+import subprocess
+import sys
+
+from workbench import records
+
+KERNEL = '''
+import time
+import workbench as wb
+cluster = wb.Cluster(engines=2).start()
+run = cluster.train(wb.models.mlp((64, 32)), wb.datasets.digits(), strategy="multi_worker_mirrored", workers=2,
+                    steps=100_000, checkpoint_every=500, global_batch_size=128, learning_rate=0.05,
+                    dashboard=False)
+print(run.run_dir, flush=True)
+time.sleep(3600)
+'''
+kernel = subprocess.Popen([sys.executable, "-c", KERNEL], stdout=subprocess.PIPE, text=True)
+run_dir = kernel.stdout.readline().strip()
+while (records.checkpoint_step(run_dir) or 0) < 500:  # until it has saved a checkpoint
+    time.sleep(0.05)
+kernel.kill()  # SIGKILL: no atexit, no clean-up
+kernel.wait()
+run_id = os.path.basename(run_dir)
+engines = set(wb.load(run_id).placement.pid.dropna())  # the dead kernel's engine processes
+while any(os.path.exists(f"/proc/{pid}") for pid in engines):  # its reaper ends them
+    time.sleep(0.1)
+run_id
+""", volatile=True),
+        md("""
+Every kernel sees the run, `lost`: its kernel died before it could record an end.
+`wb.load` reads it back from its directory (a unique prefix of its id is enough), with its
+history and the step of its last checkpoint.
+"""),
+        code("""
+lost = wb.load(run_id)
+print("status:", lost.status)
+print("history read back, both workers:", sorted(set(lost.history.worker)))
+print("a checkpoint to continue from:", lost.checkpoint >= 500)
+"""),
+        md("""
+This kernel picks it up: `cluster.resume` continues the run on this notebook's cluster
+from its last checkpoint, in the same run directory, to exactly the steps asked for. The
+steps the dead kernel's engines did after that checkpoint are done again, once: its
+history, read from the directory, has every step once per worker, across both kernels.
+"""),
+        code("""
+finished = cluster.resume(run_id, steps=4000).wait()
+full = wb.history(run_id)
+print("final step:", finished.final_step)
+print("every step once per worker, across both kernels:",
+      all(list(full[full.worker == w].step) == list(range(1, 4001)) for w in ("worker:0", "worker:1")))
+print("status now:", wb.load(run_id).status)
+print(f"test accuracy >= 0.90: {finished.evaluation['test_accuracy'] >= 0.90}")
 """),
         code("""
 cluster.stop()

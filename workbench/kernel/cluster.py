@@ -17,10 +17,29 @@ _LIVE = weakref.WeakSet()
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-@atexit.register
 def _stop_all():
-    for cluster in list(_LIVE):
-        cluster.stop()
+    """At interpreter exit: stop every cluster this process started, quietly. Runs still
+    training end as stopped by the cluster (their run directories say so)."""
+    clusters = list(_LIVE)
+    for cluster in clusters:
+        try:
+            cluster.stop()
+        except Exception:  # exit goes on: the reaper ends what is left
+            pass
+    for cluster in clusters:
+        for run in cluster.runs:
+            run._done.wait(5)  # the watcher records the run's end before the interpreter tears down
+
+
+def _stop_all_at_exit():
+    """Register ``_stop_all`` (again) now that ipyparallel and pyzmq are imported: atexit
+    runs handlers last-registered first, so it runs before pyzmq's garbage collector stops
+    (after which freeing a zero-copy message prints ``RuntimeError: zmq gc socket requested
+    during shutdown``, once per message) and while every socket still works."""
+    import zmq.utils.garbage  # noqa: F401  (registers pyzmq's own handler first)
+
+    atexit.unregister(_stop_all)
+    atexit.register(_stop_all)
 
 
 class Cluster:
@@ -64,6 +83,7 @@ class Cluster:
         self._state = {}  # engine id -> TF state fingerprint (None: no TF state yet)
         self._pids = set()  # local pids this object started
         self._retired = set()  # engine ids replaced by recycling
+        self._busy = set()  # attached: engines busy with a run of another kernel
         self._pidfile = None  # the reaper's list of this cluster's PIDs
         self._record = None  # clusters/<id>.json, what the Workbench panel shows
         self._reaper = None
@@ -78,6 +98,7 @@ class Cluster:
             return self
         import ipyparallel as ipp
 
+        _stop_all_at_exit()
         if self.attached:
             try:
                 self.client = ipp.Client(profile=self.profile, cluster_id=self._find_cluster_id())
@@ -89,11 +110,21 @@ class Cluster:
         try:
             if self.attached:
                 self.client.wait_for_engines(1, timeout=self.timeout, interactive=False)
-            self._take_inventory(self.client.ids)
+            self._take_inventory([e for e in self.client.ids if e not in self._find_busy()])
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _find_busy(self):
+        """Engines of an attached cluster still running a task (a run whose kernel went
+        away): asking them for an inventory would wait for the end of the run. They join
+        ``engine_info`` when their run is re-attached (``wb.load``)."""
+        if not self.attached:
+            return set()
+        status = self.client.queue_status()
+        self._busy = {e for e, s in status.items() if isinstance(s, dict) and s.get("queue")}
+        return self._busy
 
     def _find_cluster_id(self):
         """The given cluster id, or the only cluster running in the profile."""
@@ -128,6 +159,7 @@ class Cluster:
                 options.setdefault("send_engines_connection_env", False)
                 options.setdefault("delay", 0)
         options.setdefault("log_level", 40)
+        options.setdefault("shutdown_atexit", False)  # ours stops it first, without its stderr line
         try:
             self._ipp = ipp.Cluster(
                 n=self.n, profile_dir=str(home.profile_dir()), engines=self.launcher,
@@ -248,6 +280,9 @@ class Cluster:
         on the same host, so that the TF cluster spec of the other engines stays valid.
         """
         ids = list(ids)
+        if not ids:  # attached, every engine busy with a run of another kernel
+            self._write_record()
+            return
         reports = self.client[ids].apply_async(inventory.report, self._controller_host()).get(timeout=self.timeout)
         taken = {(e.host, e.port) for e in self._info.values()}
         for eid, r in zip(ids, reports):
@@ -490,6 +525,20 @@ class Cluster:
         if dashboard or (dashboard is None and _in_notebook()):
             run.dashboard().show()
         return run
+
+    def resume(self, run, steps=None, *, workers=None, ps=None, stall_timeout=60.0, start_timeout=180.0):
+        """Continue a recorded run (``run``: its id, a unique prefix of it, or a ``Run``) on
+        this cluster from its last checkpoint, in its run directory, up to ``steps`` total
+        steps (default: its target), whichever kernel started it. Its history goes on from
+        the checkpoint: steps done after it by an interrupted attempt are done again, once.
+
+        ``workers`` (multi_worker_mirrored, parameter_server) and ``ps`` (parameter_server,
+        unsharded variables) may differ from the run's; everything else is the run's own."""
+        from workbench.kernel import recorded
+
+        self._require_running()
+        return recorded.resume(self, run, steps=steps, workers=workers, ps=ps, stall_timeout=stall_timeout,
+                               start_timeout=start_timeout)
 
     def _require_idle(self):
         busy = [r for r in self.runs if not r.done]

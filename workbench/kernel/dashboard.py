@@ -252,9 +252,10 @@ class Dashboard:
         client = run.cluster.client
         ids = set(client.ids) if client is not None else set()
         cells = []
-        for t, (name, ar) in zip(run.tasks, run._results.items()):
+        for t, name in zip(run.tasks, run._results):
             alive = t.engine_id in ids
-            state = "running" if not ar.ready() else ("failed" if name not in run._outcome else "done")
+            # from what the run's watcher collected: no client call from this thread
+            state = "done" if name in run._outcome else "failed" if run.done else "running"
             color = "#2a2" if alive and state != "failed" else "#b00"
             cells.append(f"<span style='color:{color}'>● {html.escape(name)} (engine {t.engine_id}: "
                          f"{'alive' if alive else 'lost'}, {state})</span>")

@@ -29,12 +29,23 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
         job = replace(job, resume=True, steps=steps or job.steps,
                       run_id=job.run_id.split("~")[0] + f"~{int(time.time())}")
     job = replace(job, tasks=tasks)
-    Path(job.run_dir).mkdir(parents=True, exist_ok=True)
-    (Path(job.run_dir) / "STOP").unlink(missing_ok=True)
+    run_dir = Path(job.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "STOP").unlink(missing_ok=True)
+    if resume:  # the run is live again; its steps after the checkpoint will be done again
+        (run_dir / "result.json").unlink(missing_ok=True)
+        (run_dir / "weights.npz").unlink(missing_ok=True)
+        saved = records.checkpoint_step(run_dir)
+        if saved is not None:
+            records.truncate(run_dir, saved)
+    # cloudpickle ships functions defined in a notebook (__main__) by value; the same bytes
+    # in the run directory let any later kernel resume the run (``Cluster.resume``)
+    payload = cloudpickle.dumps(job)
+    tmp = run_dir / f".job.pkl.{os.getpid()}.tmp"
+    tmp.write_bytes(payload)
+    tmp.replace(run_dir / "job.pkl")
     _write_record(cluster, job, tasks)
     cluster.mark(tasks)
-    # cloudpickle ships functions defined in a notebook (__main__) by value
-    payload = cloudpickle.dumps(job)
     results = {}
     servers = [t for t in tasks if job.strategy == "parameter_server" and t.role != "chief"]
     for t in servers:  # PS and worker servers first: the coordinator connects to them
@@ -51,6 +62,10 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
         if t not in servers:
             results[t.name] = cluster.client[t.engine_id].apply_async(entry.run_task, payload, t)
     ordered = {t.name: results[t.name] for t in tasks}
+    if cluster.attached:  # its engines outlive this kernel: a later one re-attaches by message id
+        record = records._read_json(run_dir / "run.json") or {}
+        record["msg_ids"] = {name: ar.msg_ids[0] for name, ar in ordered.items()}
+        records.write_json(run_dir / "run.json", record)
     return Run(cluster, job, tasks, ordered, stall_timeout=stall_timeout, start_timeout=start_timeout)
 
 
@@ -62,7 +77,7 @@ def _write_record(cluster, job, tasks):
         "run_id": job.run_id, "strategy": job.strategy, "workers": job.workers, "ps": job.ps,
         "devices": job.devices, "steps": job.steps, "global_batch_size": job.global_batch_size,
         "started": time.time(), "notebook": os.environ.get("JPY_SESSION_NAME"), "kernel_pid": os.getpid(),
-        "cluster": cluster.cluster_tag,
+        "cluster": cluster.cluster_tag, "profile": cluster.profile if cluster.attached else None,
         "tasks": [{"role": t.role, "index": t.index, "engine": t.engine_id, "host": info[t.engine_id].host,
                    "pid": info[t.engine_id].pid} for t in tasks],
     })

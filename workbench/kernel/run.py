@@ -48,6 +48,7 @@ class Run:
         self._finished = None
         self._done = threading.Event()
         self._dashboard = None
+        self._tail = None  # re-attached runs: reads the metrics files (rows published before)
         from workbench.engine import strategies
         from workbench.kernel.recovery import EngineWatch
 
@@ -116,6 +117,25 @@ class Run:
     @property
     def stopped(self):
         return any(r.get("stopped") for r in self._outcome.values())
+
+    @property
+    def status(self):
+        """running, finished, stopped or failed (as ``wb.runs()`` and ``wb.load`` say it)."""
+        if not self.done:
+            return "running"
+        return "failed" if self._error is not None else "stopped" if self.stopped else "finished"
+
+    @property
+    def error(self):
+        """The first line of the error the run ended with, or None."""
+        return None if self._error is None else str(self._error).splitlines()[0]
+
+    @property
+    def checkpoint(self):
+        """The step of the run's last checkpoint (where a resume starts), or None."""
+        from workbench import records
+
+        return records.checkpoint_step(self.run_dir)
 
     @property
     def history(self):
@@ -259,6 +279,8 @@ class Run:
                 if lost is not None:
                     self._error = lost
                     break
+                if self._tail is not None:
+                    self._tail()
                 step = self.step
                 if step != last_step:
                     last_progress, last_step = time.monotonic(), step
@@ -357,6 +379,12 @@ class Run:
             "evaluation": self.evaluation,
         }
         try:
+            for r in self._outcome.values():  # the final weights, for kernels that load the run later
+                if r.get("weights") is not None:
+                    import numpy as np
+
+                    with open(self.run_dir / "weights.npz", "wb") as f:
+                        np.savez(f, *r["weights"])
             (self.run_dir / "result.json").write_text(json.dumps(record, indent=1))
         except OSError:
             pass

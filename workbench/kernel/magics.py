@@ -1,0 +1,183 @@
+"""IPython magics, loaded with ``%load_ext workbench``: a thin layer over the API.
+
+    %wb                              this machine's clusters and runs (the Workbench panel's table)
+    %wb load RUN                     wb.load(RUN), bound to ``run``
+    %wb stop RUN                     stop a running run at its next agreed step (checkpoint kept)
+    %wb resume RUN --steps N         cluster.resume(RUN, steps=N) on this kernel's cluster, bound to ``run``
+    %wb tensorboard RUN              TensorBoard on the run's logs (127.0.0.1); prints its URL
+    %wb --help, %wb COMMAND --help
+
+RUN is a run id or a unique prefix of one. Errors are the API's, shown without a traceback.
+(IPython finds extensions by module name, so this lives in the package, beside the rest of
+what runs in the kernel, rather than in ``extensions/``.)
+"""
+
+import argparse
+import atexit
+import shlex
+import subprocess
+
+_boards = {}  # run directory -> (TensorBoard process, port)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _Usage(f"{self.prog}: {message}\n{self.format_usage()}")
+
+    def exit(self, status=0, message=None):  # --help: printed already; nothing more to do
+        raise _Done()
+
+
+class _Usage(Exception):
+    pass
+
+
+class _Done(Exception):
+    pass
+
+
+def _parser():
+    p = _Parser(prog="%wb", description="Clusters and runs of this machine; with no command, list them.")
+    sub = p.add_subparsers(dest="command")
+    for name, text in (("load", "load a recorded run and bind it to `run`"),
+                       ("stop", "stop a running run at its next agreed step, keeping a checkpoint"),
+                       ("tensorboard", "start TensorBoard on a run's logs and print its URL")):
+        sub.add_parser(name, help=text, description=text).add_argument("run", help="a run id or a unique prefix")
+    r = sub.add_parser("resume", help="continue a recorded run from its last checkpoint on this kernel's cluster",
+                       description="continue a recorded run from its last checkpoint on this kernel's cluster; "
+                                   "binds the new run to `run`")
+    r.add_argument("run", help="a run id or a unique prefix")
+    r.add_argument("--steps", type=int, default=None, help="total steps to reach (default: the run's own)")
+    r.add_argument("--workers", type=int, default=None, help="another number of workers, where the strategy allows")
+    r.add_argument("--ps", type=int, default=None, help="another number of PS tasks (parameter_server)")
+    r.add_argument("--cluster", default=None, help="the name of the wb.Cluster variable, when several run")
+    return p
+
+
+def wb(line, shell):
+    """The ``%wb`` line magic."""
+    from IPython.core.error import UsageError
+
+    from workbench.errors import WorkbenchError
+
+    try:
+        args = _parser().parse_args(shlex.split(line))
+        return _COMMANDS[args.command](args, shell)
+    except _Done:
+        return None
+    except _Usage as e:
+        raise UsageError(str(e)) from None
+    except WorkbenchError as e:  # the API's message, without a traceback through the magic
+        raise UsageError(f"{type(e).__name__}: {e}") from None
+
+
+def _overview(args, shell):
+    import pandas as pd
+    from IPython.display import display
+
+    from workbench.records import Records
+
+    state = Records().state()
+    clusters = pd.DataFrame([{"cluster": c["id"], "engines": len(c.get("engines", [])),
+                              "roles": ", ".join(sorted({e.get("role", "") for e in c.get("engines", [])})),
+                              "profile": c.get("profile"), "notebook": c.get("notebook")} for c in state["clusters"]],
+                            columns=["cluster", "engines", "roles", "profile", "notebook"])
+    runs = pd.DataFrame([{"run": r["run_id"], "status": r["status"], "strategy": r["strategy"],
+                          "topology": f"{r['workers']} workers" + (f", {r['ps']} ps" if r["ps"] else ""),
+                          "step": f"{r['step']}/{r['steps']}",
+                          "loss": None if r["loss"] is None else round(r["loss"], 4),
+                          "steps/s": None if r["steps_per_s"] is None else round(r["steps_per_s"], 1),
+                          "run directory": r["run_dir"]} for r in state["runs"]],
+                        columns=["run", "status", "strategy", "topology", "step", "loss", "steps/s", "run directory"])
+    print(f"Clusters ({len(clusters)}):" if len(clusters) else "Clusters: none running")
+    if len(clusters):
+        display(_Table(clusters))
+    print(f"Runs ({len(runs)}), newest first:" if len(runs) else f"Runs: none recorded in {state['home']}")
+    if len(runs):
+        display(_Table(runs))
+
+
+class _Table:
+    """A table shown whole: HTML in a notebook, every column as text in a terminal."""
+
+    def __init__(self, df):
+        self.df = df
+
+    def _repr_html_(self):
+        return self.df.to_html(index=False, na_rep="")
+
+    def __repr__(self):
+        return self.df.to_string(index=False, na_rep="")
+
+
+def _load(args, shell):
+    import workbench as wb
+
+    run = wb.load(args.run)
+    shell.user_ns["run"] = run
+    print(f"run = {run!r}")
+
+
+def _stop(args, shell):
+    import workbench as wb
+
+    run = wb.load(args.run)
+    if run.done:
+        print(f"Run {run.id} is not running ({getattr(run, 'status', 'done')}, step {run.final_step}).")
+        return
+    print(f"Stopping run {run.id} at its next agreed step...", flush=True)
+    run.stop()
+    print(f"Run {run.id} stopped at step {run.final_step}; its last checkpoint is in {run.run_dir}.")
+
+
+def _resume(args, shell):
+    from workbench.errors import ClusterError
+    from workbench.kernel.cluster import _LIVE, Cluster
+
+    if args.cluster is not None:
+        cluster = shell.user_ns.get(args.cluster)
+        if not isinstance(cluster, Cluster):
+            raise _Usage(f"%wb resume: --cluster {args.cluster!r} is not a wb.Cluster variable of this kernel")
+    else:
+        clusters = [c for c in list(_LIVE) if c.running]
+        if len(clusters) != 1:
+            raise ClusterError(f"This kernel has {len(clusters)} running clusters: "
+                               + ("start one first, for example cluster = wb.Cluster(engines=3).start()" if not clusters
+                                  else "name the one to use with --cluster VARIABLE"))
+        cluster = clusters[0]
+    run = cluster.resume(args.run, steps=args.steps, workers=args.workers, ps=args.ps)
+    shell.user_ns["run"] = run
+    print(f"run = {run!r}")
+
+
+def _tensorboard(args, shell):
+    from workbench.kernel.recorded import resolve
+    from workbench.lab.handlers import _start_tensorboard
+
+    run_dir = resolve(args.run)
+    logdir = run_dir / "tensorboard"
+    if not logdir.is_dir():
+        raise _Usage(f"%wb tensorboard: run {run_dir.name} wrote no TensorBoard logs ({logdir} does not exist)")
+    process, port = _boards.get(str(run_dir), (None, None))
+    if process is None or process.poll() is not None:
+        process, port = _start_tensorboard(logdir)
+        _boards[str(run_dir)] = (process, port)
+    print(f"TensorBoard for run {run_dir.name}: http://127.0.0.1:{port}/ (ends with this kernel)")
+
+
+@atexit.register
+def _stop_boards():
+    for process, _ in _boards.values():
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+_COMMANDS = {None: _overview, "load": _load, "stop": _stop, "resume": _resume, "tensorboard": _tensorboard}
+
+
+def load_ipython_extension(ipython):
+    ipython.register_magic_function(lambda line: wb(line, ipython), magic_kind="line", magic_name="wb")

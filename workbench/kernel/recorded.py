@@ -1,0 +1,310 @@
+"""``wb.load(run_id)``: a ``Run`` read back from its run directory, in any kernel.
+
+A run outlives the kernel that started it: its run directory holds what it was asked to
+do (``run.json``, ``job.pkl``), every step and event (``metrics/*.jsonl``), its
+checkpoints, and how it ended (``result.json``, ``weights.npz``). ``RecordedRun`` has the
+same read side as a live ``Run`` (``history``, ``events``, ``placement``, ``evaluation``,
+``weights()``, ``dashboard()``) built from those files; ``Cluster.resume`` continues it.
+"""
+
+import difflib
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from workbench import records
+from workbench.errors import RunStopped, invalid
+from workbench.kernel.run import Run
+
+
+def resolve(run_id, home=None):
+    """The run directory of ``run_id``: a run id, a unique prefix of one, or a directory."""
+    from workbench.kernel import home as _home
+
+    if isinstance(run_id, Run):
+        return Path(run_id.run_dir)
+    if not isinstance(run_id, (str, Path)) or not str(run_id):
+        raise invalid("run_id", run_id, "a run id (a str, as wb.runs() lists them) or a unique prefix of one")
+    given = Path(run_id)
+    if given.is_dir() and (given / "run.json").exists():
+        return given
+    runs_dir = (Path(home) if home is not None else _home.home()) / "runs"
+    try:
+        ids = sorted((d.name for d in runs_dir.iterdir() if d.is_dir()), reverse=True)
+    except OSError:
+        ids = []
+    run_id = str(run_id)
+    if run_id in ids:
+        return runs_dir / run_id
+    matches = [i for i in ids if i.startswith(run_id)]
+    if len(matches) == 1:
+        return runs_dir / matches[0]
+    if matches:
+        raise invalid("run_id", run_id, f"a prefix of exactly one run id; it starts {len(matches)}: "
+                      f"{', '.join(matches[:5])}{', ...' if len(matches) > 5 else ''}")
+    close = difflib.get_close_matches(run_id, ids, n=3, cutoff=0.5) or ids[:3]
+    raise invalid("run_id", run_id, f"the id (or a unique prefix) of a run recorded in {runs_dir}; "
+                  + (f"the closest are: {', '.join(close)}" if close else "there is none yet"))
+
+
+def read_metrics(run_dir, offsets):
+    """The rows and events appended to a run's ``metrics/*.jsonl`` since ``offsets`` (a dict
+    of per-file read offsets, updated), as ``Run._merge`` takes them."""
+    rows, events = [], []
+    for path in sorted((Path(run_dir) / "metrics").glob("*.jsonl")):
+        offset = offsets.get(path.name, 0)
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except OSError:
+            continue
+        end = chunk.rfind(b"\n") + 1  # a line being written is read next time
+        offsets[path.name] = offset + end
+        for line in chunk[:end].splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if "step" in row:
+                rows.append(row)
+            elif "event" in row:
+                events.append(row["event"])
+    return {"rows": rows, "events": events}
+
+
+def load(run_id, home=None):
+    """The run ``run_id`` (a unique prefix is enough), read back from its run directory:
+    status, ``history``, ``events``, ``placement``, ``evaluation``, ``weights()``,
+    ``dashboard()``. Works for running, finished, stopped, failed and lost runs, whichever
+    kernel started them. A run still training on a cluster this kernel has attached to
+    (``wb.Cluster(profile=...)``) comes back live: its dashboard updates and ``stop()`` works."""
+    from workbench.kernel import reattach
+
+    run_dir = resolve(run_id, home)
+    live = reattach.find(run_dir)
+    return live if live is not None else RecordedRun(run_dir)
+
+
+class RecordedRun(Run):
+    """A run read from its files. It is not watched: ``refresh()`` reads what was written since."""
+
+    def __init__(self, run_dir):
+        import threading
+
+        self.run_dir = Path(run_dir)
+        self.cluster = None
+        self._rows, self._version, self._max_step, self._history = {}, 0, 0, (-1, None)
+        self._events, self._seen_events = [], set()
+        self._outcome, self._error, self._dashboard = {}, None, None
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._book = records.Records(self.run_dir.parent.parent)
+        self._offsets = {}
+        started = records._read_json(self.run_dir / "run.json") or {}
+        self.job = SimpleNamespace(
+            run_id=self.run_dir.name, run_dir=str(self.run_dir), strategy=started.get("strategy"),
+            workers=started.get("workers"), ps=started.get("ps"), steps=started.get("steps"),
+            global_batch_size=started.get("global_batch_size"), devices=started.get("devices", 0))
+        self.tasks = [SimpleNamespace(name=f"{t['role']}:{t['index']}", role=t["role"], index=t["index"],
+                                      engine_id=t.get("engine")) for t in started.get("tasks", [])]
+        self._results = {t.name: None for t in self.tasks}
+        self._started = started.get("started") or 0.0
+        self._finished = None
+        self.refresh()
+
+    def refresh(self):
+        """Read the rows, events and outcome written since the last read."""
+        self._merge(read_metrics(self.run_dir, self._offsets))
+        if self._rows:  # a resumed run's run.json says when the last attempt started
+            self._started = min(self._started or float("inf"), min(r["time"] for r in self._rows.values()))
+        self._record = self._book.run(self.run_dir) or {}
+        result = records._read_json(self.run_dir / "result.json")
+        self._result = result or {}
+        self._finished = self._result.get("finished")
+        if self.status != "running":
+            self._done.set()
+        return self
+
+    # -- what the files say ---------------------------------------------------------------
+    @property
+    def status(self):
+        """running, finished, stopped, failed or lost (its kernel died before the run ended)."""
+        return self._record.get("status", "lost")
+
+    @property
+    def error(self):
+        """The first line of the error the run ended with, or None."""
+        return self._result.get("error")
+
+    @property
+    def final_step(self):
+        return self._result.get("final_step") or self._max_step
+
+    @property
+    def stopped(self):
+        return bool(self._result.get("stopped"))
+
+    @property
+    def evaluation(self):
+        return self._result.get("evaluation")
+
+    @property
+    def checkpoint(self):
+        """The step of the last checkpoint (where a resume starts), or None."""
+        return records.checkpoint_step(self.run_dir)
+
+    def weights(self):
+        """The final weights as numpy arrays: those the run ended with (``weights.npz``), or
+        for a run that ended without them (lost, failed) the model of its last checkpoint,
+        read by a short TensorFlow subprocess (this kernel does not import TensorFlow)."""
+        path = self.run_dir / "weights.npz"
+        if not path.exists():
+            if self.checkpoint is None:
+                raise RunStopped(f"Run {self.id} produced no weights and saved no checkpoint")
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "weights.npz"
+                out = subprocess.run([sys.executable, "-m", "workbench.engine.weights", str(self.run_dir), str(path)],
+                                     capture_output=True, text=True)
+                if out.returncode != 0:
+                    raise RunStopped(f"Run {self.id}: could not read its checkpoint at step {self.checkpoint}:\n"
+                                     f"{out.stderr[-2000:]}")
+                return _read_weights(path)
+        return _read_weights(path)
+
+    def wait(self, timeout=None):
+        """A recorded run is watched by the kernel that started it: wait for its
+        ``result.json`` (polling its files), and raise its error."""
+        import time
+
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.refresh().status == "running":
+            if end is not None and time.monotonic() > end:
+                raise TimeoutError(f"Run {self.id} still running after {timeout} s (step {self.step}/{self.job.steps})")
+            time.sleep(0.2)
+        if self.status == "failed":
+            raise RunStopped(f"Run {self.id} failed: {self.error}")
+        return self
+
+    def stop(self, timeout=60):
+        """Ask every task to stop at its next agreed step (saving a checkpoint), and wait
+        for the kernel watching the run to record its end."""
+        import time
+
+        if self.status == "running":
+            (self.run_dir / "STOP").touch()
+            end = time.monotonic() + timeout
+            while self.refresh().status == "running" and time.monotonic() < end:
+                time.sleep(0.2)
+        return self
+
+    def dashboard(self, interval=0.25, baseline=None):
+        """The static rendering of the run (charts, placement), as a saved notebook shows it."""
+        from workbench.kernel.render import snapshot_html
+
+        self.refresh()
+        status = f"{self.status} · step {self.final_step}/{self.job.steps}"
+        if self.error:
+            status += f" · {self.error}"
+        return _Html(snapshot_html(self, status), f"<workbench run {self.id}: {status}>")
+
+    def resume(self, steps=None, **overrides):
+        raise invalid("run", self.id, "a live run for run.resume(); a recorded run resumes on a cluster: "
+                      f"cluster.resume({self.id!r}, steps=...)")
+
+    def job_description(self):
+        """The job as it was launched (model, data, loss and optimizer included), unpickled
+        from ``job.pkl``. Unpickling may import what the job's functions refer to."""
+        import cloudpickle
+
+        path = self.run_dir / "job.pkl"
+        if not path.exists():
+            raise invalid("run", self.id, f"a run directory with job.pkl (runs recorded before it was kept, and "
+                          f"{self.run_dir} is one, cannot be resumed from another kernel)")
+        return cloudpickle.loads(path.read_bytes())
+
+    def __repr__(self):
+        state = self.status + (f": {self.error}" if self.error else "")
+        return (f"<workbench.Run {self.id} {self.job.strategy} workers={self.job.workers} ps={self.job.ps} "
+                f"{state}, step {self.final_step}/{self.job.steps}, recorded in {self.run_dir}>")
+
+
+def _read_weights(path):
+    import numpy as np
+
+    with np.load(path) as f:
+        return [f[f"arr_{i}"] for i in range(len(f.files))]
+
+
+class _Html:
+    def __init__(self, html, text):
+        self.html, self.text = html, text
+
+    def _repr_html_(self):
+        return self.html
+
+    def __repr__(self):
+        return self.text
+
+
+def resume(cluster, run, steps=None, workers=None, ps=None, stall_timeout=60.0, start_timeout=180.0):
+    """``Cluster.resume``: continue a recorded run on ``cluster`` from its last checkpoint."""
+    from dataclasses import replace
+
+    from workbench.common import validate
+    from workbench.engine import strategies
+
+    if isinstance(run, Run) and not isinstance(run, RecordedRun) and run.cluster is cluster:
+        return run.resume(steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
+    run_dir = resolve(run)
+    recorded = RecordedRun(run_dir)
+    if recorded.status == "running":
+        raise invalid("run", recorded.id, "a run that is not running (it is: stop it first, "
+                      f"wb.load({recorded.id!r}).stop(), or wait for it)")
+    saved = recorded.checkpoint
+    if saved is None:
+        raise invalid("run", recorded.id, "a run with a checkpoint to continue from "
+                      f"({run_dir / 'checkpoints'} has none)")
+    job = recorded.job_description()
+    steps = job.steps if steps is None else validate.positive_int("steps", steps)
+    if steps < saved:
+        raise invalid("steps", steps, f"at least {saved}, the step of the run's last checkpoint")
+    job = _retopology(job, workers, ps)
+    adapter = strategies.get(job.strategy)
+    validate.topology(job.strategy, job.workers, job.ps, adapter, available=len(cluster._info))
+    stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
+    start_timeout = validate.positive_float("start_timeout", start_timeout)
+    job = replace(job, run_dir=str(run_dir))  # where it is now (a home may have moved)
+    return cluster._launch(job, resume=True, steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
+
+
+# what a resume may change: the number of synchronous workers (the model's variables are
+# mirrored, saved once), or of asynchronous workers and parameter servers (unsharded
+# variables are restored wherever they are placed). The strategy, the model, the data and
+# the global batch stay: they define the run.
+_ELASTIC = {"multi_worker_mirrored": ("workers",), "parameter_server": ("workers", "ps")}
+
+
+def _retopology(job, workers, ps):
+    from dataclasses import replace
+
+    changes = {k: v for k, v in (("workers", workers), ("ps", ps)) if v is not None and v != getattr(job, k)}
+    if not changes:
+        return job
+    allowed = _ELASTIC.get(job.strategy, ())
+    for name, value in changes.items():
+        if name not in allowed:
+            raise invalid(name, value, f"{getattr(job, name)}, as the run had: a {job.strategy!r} run resumes "
+                          f"with " + (f"another number of {' or '.join(allowed)} only" if allowed else
+                                      "the topology it was saved with"))
+    if job.variable_partitioner is not None and "ps" in changes:
+        raise invalid("ps", changes["ps"], f"{job.ps}, as the run had: its variables are sharded over its PS tasks")
+    workers = changes.get("workers", job.workers)
+    if job.strategy == "multi_worker_mirrored" and job.global_batch_size % workers:
+        raise invalid("workers", workers, f"a divisor of the run's global batch of {job.global_batch_size}, "
+                      "so every replica gets the same batch")
+    return replace(job, **changes)
