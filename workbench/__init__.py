@@ -11,10 +11,12 @@ from workbench.errors import (
     EngineError,
     RunStalled,
     RunStopped,
+    TestbedError,
     WorkbenchError,
 )
 from workbench.kernel.cluster import Cluster
 from workbench.kernel.compare import compare
+from workbench.kernel.testbed import testbed
 from workbench.records import history, runs
 from workbench.schedules import linear_scaling
 
@@ -26,6 +28,7 @@ __all__ = [
     "linear_scaling",
     "runs",
     "history",
+    "testbed",
     "datasets",
     "models",
     "WorkbenchError",
@@ -35,4 +38,5 @@ __all__ = [
     "EngineError",
     "RunStalled",
     "RunStopped",
+    "TestbedError",
 ]
