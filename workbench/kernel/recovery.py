@@ -67,7 +67,7 @@ class EngineWatch:
         run, name = self.run, task.name
         try:
             mapping = run.cluster.recycle([task.engine_id])
-            new = _retarget(task, mapping)
+            new = _retarget(task, mapping, run.cluster._info)
             ar = run.cluster.client[new.engine_id].apply_async(entry.run_task, cloudpickle.dumps(run.job), new)
             ar.get(timeout=run.start_timeout)
             run.cluster.mark([new])
