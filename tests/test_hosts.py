@@ -3,6 +3,7 @@ kill, and both strategies training across hosts, the MWMS-vs-single identity inc
 
 import warnings
 
+import ipyparallel as ipp
 import numpy as np
 import pytest
 from traitlets.config import Config
@@ -82,6 +83,45 @@ def test_parameter_server_across_two_hosts_with_replacements_on_the_same_hosts(c
     assert all(row.address == bed.hosts[row.host] for row in table.itertuples())
     for task in run.tasks:
         assert task.target == f"{cluster.engine_info[task.engine_id].address}:{cluster.engine_info[task.engine_id].port}"
+
+
+@ipp.interactive
+def blocked_dataset_fn(input_context):
+    """Every worker's input blocks before its first batch."""
+    import time
+
+    import tensorflow as tf
+
+    def wait(x):
+        time.sleep(3600)
+        return x
+
+    x = tf.zeros((64, 16))
+    y = tf.zeros((64,), tf.int32)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
+    ds = ds.map(lambda x, y: (tf.ensure_shape(tf.numpy_function(wait, [x], tf.float32), [16]), y))
+    return ds.batch(input_context.get_per_replica_batch_size(64))
+
+
+@ipp.interactive
+def tiny_model():
+    import keras
+
+    return keras.Sequential([keras.Input((16,)), keras.layers.Dense(2, activation="softmax")])
+
+
+def test_a_parameter_server_run_that_never_steps_fails_at_its_start_timeout(cluster):
+    """No start timeout once applied to PS runs at step 0 (one hung past 480 s). Its engines,
+    blocked on other hosts, are then replaced through their launcher."""
+    run = cluster.train(tiny_model, blocked_dataset_fn, strategy="parameter_server", workers=2, ps=1,
+                        global_batch_size=64, steps=50, checkpoint_every=0, start_timeout=10)
+    with pytest.raises(wb.RunStalled, match=r"no step within 10 s of its start .*chief:0 .*made no step"):
+        run.wait(timeout=120)
+    after = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
+                          steps=10, steps_per_execution=5, checkpoint_every=0).wait(timeout=300)
+    assert sorted(after.history.step) == list(range(1, 11))
+    assert not {t.engine_id for t in run.tasks} & set(cluster.engine_info)
+    assert sorted(cluster.engines.host) == ["h1", "h1", "h2", "h2"]
 
 
 def test_a_failed_ssh_start_is_a_cluster_error(bed):

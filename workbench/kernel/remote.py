@@ -77,6 +77,24 @@ def controller_address(connection_info):
     return ip
 
 
+def unreachable(targets, timeout=2.0):
+    """The ``"address:port"`` targets that refuse or ignore a TCP connection from here."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def down(target):
+        host, port = target.rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+            return False
+        except OSError:
+            return True
+
+    if not targets:
+        return []
+    with ThreadPoolExecutor(min(len(targets), 16)) as pool:
+        return [t for t, d in zip(targets, pool.map(down, targets)) if d]
+
+
 def local_pids(launcher):
     """PIDs of processes on this machine that ``launcher`` (an ipyparallel launcher or
     engine set) started: none for SSH launchers (their PIDs are the remote host's) or
