@@ -11,11 +11,13 @@ from workbench.errors import (
     EngineError,
     RunStalled,
     RunStopped,
+    TestbedError,
     WorkbenchError,
 )
 from workbench.kernel.cluster import Cluster
 from workbench.kernel.compare import compare
 from workbench.kernel.recorded import load
+from workbench.kernel.testbed import testbed
 from workbench.records import history, runs
 from workbench.schedules import linear_scaling
 
@@ -28,6 +30,7 @@ def load_ipython_extension(ipython):
 
     magics.load_ipython_extension(ipython)
 
+
 __all__ = [
     "Cluster",
     "compare",
@@ -35,6 +38,7 @@ __all__ = [
     "runs",
     "history",
     "load",
+    "testbed",
     "datasets",
     "models",
     "WorkbenchError",
@@ -44,4 +48,5 @@ __all__ = [
     "EngineError",
     "RunStalled",
     "RunStopped",
+    "TestbedError",
 ]

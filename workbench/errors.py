@@ -16,6 +16,11 @@ class ClusterError(WorkbenchError):
     """The cluster could not start, connect, or is not in a usable state."""
 
 
+class TestbedError(ClusterError):
+    """Emulated hosts (``wb.testbed``) could not be made: no root, a missing package, a
+    daemon that did not start. The message names what to install or fix."""
+
+
 class ClusterStartTimeout(ClusterError, TimeoutError):
     """Engines did not register in time; the message carries the tail of their logs."""
 

@@ -115,6 +115,7 @@ def plan(engines, roles, workers, ps, multi_engine, devices=0):
     if not multi_engine:
         e, role, index = picked[0]
         return [Task(e.id, role, index, e.host, "", devices=devices)]
+    check_addresses([e for e, _, _ in picked])
     cluster = {}
     for e, role, _ in picked:
         cluster.setdefault(role, []).append(f"{e.address}:{e.port}")
@@ -123,6 +124,22 @@ def plan(engines, roles, workers, ps, multi_engine, devices=0):
         tf_config = {"cluster": cluster, "task": {"type": role, "index": index}}
         tasks.append(Task(e.id, role, index, e.host, f"{e.address}:{e.port}", tf_config))
     return tasks
+
+
+def check_addresses(engines):
+    """Refuse a TF cluster whose engines on different hosts report loopback addresses:
+    each would dial its own machine for the others' tasks."""
+    hosts = {e.host for e in engines}
+    looped = sorted(f"engine {e.id} on {e.host}: {e.address}" for e in engines
+                    if e.address.startswith("127.") or e.address in ("localhost", "::1"))
+    if len(hosts) > 1 and looped:
+        from workbench.errors import ClusterError
+
+        raise ClusterError(
+            f"This run's engines are on {len(hosts)} hosts ({', '.join(sorted(hosts))}), but some report a "
+            f"loopback address ({'; '.join(looped)}), which their peers on other hosts cannot reach. Start the "
+            "controller on an address the hosts reach (Cluster(controller_ip=...)), so that each engine reports "
+            "the address of its own connection to it.")
 
 
 def fingerprint(task):

@@ -28,14 +28,31 @@ def report(controller_host="127.0.0.1"):
 
 
 def _route_address(controller_host):
+    """This engine's end of its own connection to the controller (what its peers on the
+    controller's network reach), else the local end of the route to the controller."""
     if controller_host in ("127.0.0.1", "localhost", "::1"):
         return "127.0.0.1"
+    own = _connection_address(controller_host)
+    if own:
+        return own
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             s.connect((controller_host, 9))  # UDP connect sends nothing
             return s.getsockname()[0]
         except OSError:
             return socket.gethostbyname(socket.gethostname())
+
+
+def _connection_address(controller_host):
+    try:
+        import psutil
+
+        controller = socket.gethostbyname(controller_host)  # an address stays itself
+        connections = psutil.Process().net_connections(kind="tcp")
+    except Exception:  # noqa: BLE001 - psutil missing or denied: the route will do
+        return None
+    mine = sorted({c.laddr.ip for c in connections if c.raddr and c.raddr.ip == controller and c.laddr})
+    return mine[0] if len(mine) == 1 else None
 
 
 def free_port():

@@ -12,6 +12,7 @@ from workbench.engine import inventory
 from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, invalid
 from workbench.kernel import home
 from workbench.kernel.processes import alive, family, reap, wait_until
+from workbench.kernel import remote
 
 _LIVE = weakref.WeakSet()
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -50,7 +51,10 @@ class Cluster:
 
     ``Cluster(engines=8, launcher="slurm", controller="slurm", **options)`` passes the
     launcher names and any other keyword to ``ipyparallel.Cluster`` (MPI, SSH, Slurm, PBS,
-    ... launchers). ``Cluster(profile="name")`` or ``Cluster(cluster_id=..., profile=...)``
+    ... launchers). ``Cluster(launcher="ssh", hosts={"h1": 2, "h2": 2})`` starts 2 engines
+    on each host over SSH, and the controller here, listening only on the address of this
+    machine that the hosts reach (``controller_ip=`` chooses another); ``wb.testbed``
+    makes such hosts on this machine. ``Cluster(profile="name")`` or ``Cluster(cluster_id=..., profile=...)``
     attaches to a cluster someone else started; ``stop()`` then only disconnects.
 
     Use as a context manager, or call ``start()`` and ``stop()``. Clusters this process
@@ -58,7 +62,9 @@ class Cluster:
     """
 
     def __init__(self, engines=None, *, profile=None, cluster_id=None, launcher="local",
-                 controller="local", timeout=120, **ipp_options):
+                 controller="local", timeout=120, hosts=None, **ipp_options):
+        if hosts is not None:
+            engines = remote.check_hosts(hosts, engines, launcher)
         self.attached = profile is not None and engines is None
         if not self.attached:
             engines = 3 if engines is None else engines
@@ -75,6 +81,7 @@ class Cluster:
         self.cluster_id = cluster_id
         self.launcher = launcher
         self.controller = controller
+        self.hosts = dict(hosts) if hosts is not None else None
         self.ipp_options = ipp_options
         self.client = None
         self._ipp = None
@@ -145,6 +152,9 @@ class Cluster:
         options = dict(self.ipp_options)
         if self.launcher == "local" and self.controller == "local":
             options.setdefault("controller_ip", "127.0.0.1")
+        if self.launcher == "ssh":
+            remote.configure_ssh(options, self.hosts, self.controller, self.timeout)
+        if self.controller == "local":
             # a dead engine is unregistered after ~3 s instead of ipyparallel's 30 s
             options.setdefault("controller_args", ["--HeartMonitor.period=1000",
                                                    "--HeartMonitor.max_heartmonitor_misses=3"])
@@ -162,7 +172,7 @@ class Cluster:
         options.setdefault("shutdown_atexit", False)  # ours stops it first, without its stderr line
         try:
             self._ipp = ipp.Cluster(
-                n=self.n, profile_dir=str(home.profile_dir()), engines=self.launcher,
+                n=self.n, profile_dir=str(home.profile_dir()), engines=options.pop("engines", self.launcher),
                 controller=self.controller, engine_timeout=int(self.timeout), **options,
             )
         except Exception as e:  # traitlets / entry point errors for unknown launchers
@@ -181,7 +191,7 @@ class Cluster:
                     f"Last lines of the engines' and controller's logs:\n{logs}"
                 ) from e
             raise ClusterError(f"The cluster failed to start: {e}\n{logs}") from e
-        self._pids.add(self._ipp.controller.pid)
+        self._collect_pids()
         self._start_reaper()
 
     def _start_reaper(self):
@@ -200,11 +210,24 @@ class Cluster:
             start_new_session=True,  # a Ctrl-C in the kernel's terminal must not reach it
         )
 
+    def _collect_pids(self):
+        """Add the PIDs of the processes local launchers started (the controller, local
+        engines) to ``_pids``. Remote launchers' PIDs (SSH: a PID on another host) never go
+        in: those engines stop through their launcher."""
+        if self._ipp is None:
+            return
+        self._pids.update(remote.local_pids(self._ipp.controller))
+        for engine_set in self._ipp.engines.values():
+            self._pids.update(remote.local_pids(engine_set))
+
+    def _is_local(self, info):
+        """Did a local launcher of ours start this engine (so that it may be killed by PID)?"""
+        return self._ipp is not None and info.pid in self._pids
+
     def _write_pidfile(self):
         if self._ipp is None or self._pidfile is None:
             return
-        for engine_set in self._ipp.engines.values():
-            self._pids.update(getattr(l, "pid", None) for l in getattr(engine_set, "launchers", {}).values())
+        self._collect_pids()
         tmp = self._pidfile.with_suffix(".tmp")
         tmp.write_text(" ".join(str(p) for p in sorted(self._pids - {None})))
         tmp.replace(self._pidfile)
@@ -231,17 +254,17 @@ class Cluster:
     def _stop_own(self):
         if self._ipp is None:
             return
-        for engine_set in self._ipp.engines.values():
-            self._pids.update(getattr(l, "pid", None) for l in getattr(engine_set, "launchers", {}).values())
-        processes = family(self._pids - {None})  # with engines' nannies, controller's schedulers
-        controller = getattr(self._ipp.controller, "pid", None)
+        self._collect_pids()
+        processes = family(self._pids)  # with engines' nannies, controller's schedulers
+        controller = remote.local_pids(self._ipp.controller)
         # engines whose TF runtime holds collectives or servers take ~10 s to exit when asked;
         # their runs are over and saved, so end them (ours, by PID) before the controller
-        reap(processes - family({controller} - {None}), deadline=0)
+        reap(processes - family(controller), deadline=0)
+        remote.kill_remote_engines(self._ipp)  # the same for engines on other hosts, through their launcher
         try:
             self._ipp.stop_cluster_sync()
         except Exception:
-            pass
+            self._ipp.shutdown_atexit = False  # no second try from its __del__, at a random time
         self._ipp = None
         reap(processes, deadline=10)
         self._pids.clear()
@@ -268,10 +291,12 @@ class Cluster:
 
     # -- inventory -------------------------------------------------------------------
     def _controller_host(self):
+        """The controller's address as engines dial it: engines find their own address
+        from their connection to it (``inventory.report``). Never the controller's host
+        name resolved here: ``/etc/hosts`` maps this machine's name to 127.0.0.1."""
         if self._ipp is not None and self.launcher == "local" and self.controller == "local":
             return "127.0.0.1"
-        cfg = getattr(self.client, "_config", {}) or {}
-        return cfg.get("location") or cfg.get("interface", "tcp://127.0.0.1").split("//")[-1].split(":")[0]
+        return remote.controller_address(getattr(self.client, "_config", {}) or {})
 
     def _take_inventory(self, ids, keep_ports=None):
         """Ask engines ``ids`` what they are, then set their lifetime environment.
@@ -401,7 +426,7 @@ class Cluster:
         stale = roles.engines_to_recycle(tasks, self._state)
         if stale:
             mapping = self.recycle(stale)
-            tasks = [_retarget(t, mapping) for t in tasks]
+            tasks = _retarget_all(tasks, mapping, self._info)
         return tasks
 
     def _engine_alive(self, engine_id):
@@ -409,7 +434,7 @@ class Cluster:
         info = self._info.get(engine_id)
         if info is None or self.client is None:
             return False
-        if info.address in _LOOPBACK and self._ipp is not None:
+        if self._is_local(info):
             return alive(info.pid)
         return engine_id in self.client.ids
 
@@ -436,15 +461,22 @@ class Cluster:
         for e in engine_ids:
             self._state.pop(e, None)
             self._env.pop(e, None)
-        local = [o for o in old.values() if o.address in _LOOPBACK]
-        remote = [o.id for o in old.values() if o.address not in _LOOPBACK and o.id in self.client.ids]
-        if remote:
-            self.client.shutdown(targets=remote, block=False)
+        local = [o for o in old.values() if self._is_local(o)]
+        where = remote.ssh_hosts_of(self._ipp, [o.pid for o in old.values() if not self._is_local(o)])
+        others = [o.id for o in old.values() if not self._is_local(o) and o.id in self.client.ids
+                  and o.pid not in where]
+        if others:
+            self.client.shutdown(targets=others, block=False)
         reap(family({o.pid for o in local}), deadline=0)  # SIGKILL: engines we started
+        remote.kill_remote_engines(self._ipp, pids=set(where))  # through their launcher
         keep = set(self._info)
-        engine_set = self._ipp.start_engines_sync(n=len(engine_ids))
-        for launcher in getattr(self._ipp.engines[engine_set], "launchers", {}).values():
-            self._pids.add(getattr(launcher, "pid", None))
+        per_host = {}
+        for pid, host in where.items():  # an SSH engine's replacement starts on its host
+            per_host[host] = per_host.get(host, 0) + 1
+        if per_host and len(where) == len(engine_ids):
+            self._ipp.start_engines_sync(n=len(engine_ids), engines=per_host)
+        else:
+            self._ipp.start_engines_sync(n=len(engine_ids))
         self._write_pidfile()
 
         def fresh():
@@ -562,7 +594,7 @@ class Cluster:
         for e in engine_ids:
             if e in self._state:
                 self._state[e] = ("dirty",)
-        pids = {self._info[e].pid for e in kill if e in self._info and self._info[e].address in _LOOPBACK}
+        pids = {self._info[e].pid for e in kill if e in self._info and self._is_local(self._info[e])}
         reap(pids, deadline=0)
 
     def _after_run(self, run):
@@ -574,7 +606,7 @@ class Cluster:
             return
         bad = [e for e, info in self._info.items()
                if self._state.get(e) == ("dirty",) or e not in self.client.ids
-               or (info.address in _LOOPBACK and self._ipp is not None and not alive(info.pid))]
+               or (self._is_local(info) and not alive(info.pid))]
         if bad:
             self.recycle(bad)
 
@@ -603,12 +635,40 @@ def _in_notebook():
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def _retarget(task, mapping):
+def _retarget(task, mapping, info=None):
+    """``task`` on its replacement engine (``mapping``: old id -> new id), mid-run: its
+    peers know it by address and port, so a replacement reached elsewhere is refused."""
     if task.engine_id not in mapping:
         return task
     from dataclasses import replace
 
+    new = (info or {}).get(mapping[task.engine_id])
+    if new is not None and task.target and f"{new.address}:{new.port}" != task.target:
+        raise ClusterError(
+            f"The replacement for {task.name} (engine {new.id}) is reached at {new.address}:{new.port} on "
+            f"{new.host}, but the run's other tasks know {task.name} as {task.target} on {task.host}.")
     return replace(task, engine_id=mapping[task.engine_id])
+
+
+def _retarget_all(tasks, mapping, info):
+    """A run's tasks before it starts, with replaced engines swapped in and TF_CONFIG
+    rebuilt from the addresses and ports the new engines reported."""
+    from dataclasses import replace
+
+    moved = {}
+    for t in tasks:
+        if t.engine_id in mapping and t.target:
+            e = info[mapping[t.engine_id]]
+            moved[t.target] = f"{e.address}:{e.port}"
+    out = []
+    for t in tasks:
+        eid = mapping.get(t.engine_id, t.engine_id)
+        cfg = t.tf_config
+        if cfg:
+            cfg = dict(cfg, cluster={r: [moved.get(a, a) for a in addrs] for r, addrs in cfg["cluster"].items()})
+        out.append(replace(t, engine_id=eid, host=info[eid].host if eid in info else t.host,
+                           target=moved.get(t.target, t.target), tf_config=cfg))
+    return out
 
 
 def _describe_state(fp):

@@ -61,13 +61,34 @@ class EngineWatch:
             "engines and continues from there.",
             role=task.role, task=task.index, engine_id=task.engine_id)
 
+    def start_timed_out(self, limit):
+        """The error for a run that made no step within its start timeout: names the tasks
+        whose TF server this machine cannot reach, else the task that should have stepped."""
+        from workbench.errors import RunStalled
+        from workbench.kernel.remote import unreachable
+
+        run = self.run
+        info = run.cluster._info
+        servers = [t for t in run.tasks if t.target and t.role != "chief"]
+        down = unreachable([t.target for t in servers])
+        where = {t.name: f"{t.name} ({t.target}, engine {t.engine_id} on {getattr(info.get(t.engine_id), 'host', '?')})"
+                 for t in run.tasks}
+        first = next((t for t in run.tasks if t.role == "chief"), run.tasks[0])
+        if down:
+            cause = "could not reach " + ", ".join(where[t.name] for t in servers if t.target in down)
+        else:
+            cause = f"{where[first.name]} made no step; every task's TF server answers"
+        return RunStalled(f"Run {run.id} made no step within {limit:.0f} s of its start (start_timeout): {cause}. "
+                          "Its engines are being recycled.", role=first.role, task=first.index,
+                          engine_id=first.engine_id)
+
     def _replace(self, task):
         from workbench.kernel.cluster import _retarget
 
         run, name = self.run, task.name
         try:
             mapping = run.cluster.recycle([task.engine_id])
-            new = _retarget(task, mapping)
+            new = _retarget(task, mapping, run.cluster._info)
             ar = run.cluster.client[new.engine_id].apply_async(entry.run_task, cloudpickle.dumps(run.job), new)
             ar.get(timeout=run.start_timeout)
             run.cluster.mark([new])

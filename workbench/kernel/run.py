@@ -285,8 +285,10 @@ class Run:
                 if step != last_step:
                     last_progress, last_step = time.monotonic(), step
                 limit = self.start_timeout if step == 0 else self.stall_timeout
-                if self._stalls() and time.monotonic() - last_progress > limit:
-                    self._error = RunStalled(self._stall_message(limit), role="worker")
+                if (self._stalls() or step == 0) and time.monotonic() - last_progress > limit:
+                    # every run has a start timeout; only synchronous ones can stall later
+                    self._error = RunStalled(self._stall_message(limit), role="worker") if self._stalls() \
+                        else self._engines.start_timed_out(limit)
                     break
                 time.sleep(_POLL)
         finally:

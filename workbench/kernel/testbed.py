@@ -1,0 +1,304 @@
+"""Emulated hosts on this machine, for trying and testing clusters across hosts.
+
+    with wb.testbed(hosts=2) as bed:             # needs root and Debian's openssh-server
+        bed.hosts                                # {"h1": "198.18.7.11", "h2": "198.18.7.12"}
+        with wb.Cluster(**bed.ssh_cluster(2)) as cluster:   # 2 engines on each host, over SSH
+            cluster.engines                      # host h1/h2 and its address, per engine
+
+A host is a network namespace with a veth into a bridge in the root namespace, an address
+in 198.18.0.0/15 (reserved for network benchmarking: never a real network's), a hostname
+of its own (a UTS namespace) and an sshd that admits only a key made for the bed. Hosts
+share this machine's filesystem and PID space, so the same Python runs everywhere.
+
+Everything is torn down on ``close()`` / leaving the ``with``, on an error while
+creating it, and, through a reaper process, when the process that made it dies: daemons
+by PID, then anything left in the namespaces, then the namespaces and links.
+"""
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from workbench.errors import TestbedError, invalid
+
+_PACKAGES = {"/usr/sbin/sshd": "openssh-server", "/usr/lib/openssh/sftp-server": "openssh-server",
+             "/usr/bin/ssh": "openssh-client", "/usr/bin/ssh-keygen": "openssh-client",
+             "/usr/bin/unshare": "util-linux", "/usr/bin/nsenter": "util-linux"}
+
+
+def testbed(hosts=2, *, timeout=30.0):
+    """Create ``hosts`` emulated hosts (an int, or a list of host names) and return the
+    ``Testbed``; use it as a context manager, or call ``close()``."""
+    return Testbed(hosts, timeout=timeout)
+
+
+class Testbed:
+    """N emulated hosts with an sshd each. See the module's docstring."""
+
+    def __init__(self, hosts=2, *, timeout=30.0):
+        names = [f"h{i + 1}" for i in range(hosts)] if isinstance(hosts, int) and not isinstance(hosts, bool) else hosts
+        if not isinstance(names, (list, tuple)) or not 1 <= len(names) <= 200 or len(set(names)) != len(names) \
+                or not all(isinstance(n, str) and n.isalnum() and len(n) <= 8 for n in names):
+            raise invalid("hosts", hosts, "an int in 1..200, or a list of distinct alphanumeric names of at most 8 characters")
+        _require_tools()
+        self.tag = f"{random.randrange(16 ** 4):04x}"
+        net = _free_subnet()
+        self.controller_ip = f"198.18.{net}.1"  # the bridge: this machine, as the hosts see it
+        self.hosts = {n: f"198.18.{net}.{11 + i}" for i, n in enumerate(names)}
+        self.dir = tempfile.mkdtemp(prefix=f"wb-bed-{self.tag}-")
+        self.ssh_config = os.path.join(self.dir, "ssh_config")
+        self._state = {"bridge": f"wb{self.tag}", "netns": {}, "dir": self.dir,
+                       "ssh_config": self.ssh_config, "hosts": list(self.hosts)}
+        self._statefile = os.path.join(self.dir, "state.json")
+        self._reaper = None
+        self._sshd = {}
+        started = time.monotonic()
+        try:
+            self._save()
+            self._reaper = subprocess.Popen(
+                [sys.executable, "-m", "workbench.kernel.testbed", "reap", str(os.getpid()), self._statefile],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True)
+            self._make_network()
+            self._make_keys()
+            self._start_sshds()
+            self._wait_ready(timeout)
+        except BaseException:
+            self.close()
+            raise
+        self.startup_seconds = time.monotonic() - started
+
+    # -- what launchers take ----------------------------------------------------------
+    @property
+    def ssh_args(self):
+        """Arguments that make ``ssh`` and ``scp`` reach the bed's hosts by name."""
+        return ["-F", self.ssh_config]
+
+    def ssh_cluster(self, engines_per_host=1, **options):
+        """Keyword arguments for ``wb.Cluster``: engines on every host, started over SSH,
+        the controller listening on the bridge address the hosts reach."""
+        from traitlets.config import Config
+
+        per_host = engines_per_host if isinstance(engines_per_host, dict) else dict.fromkeys(self.hosts, engines_per_host)
+        config = options.pop("config", None) or Config()
+        config.SSHLauncher.ssh_args = self.ssh_args
+        config.SSHLauncher.scp_args = self.ssh_args
+        config.SSHLauncher.remote_python = sys.executable
+        if os.environ.get("PYTHONPATH"):  # the same source tree on every (emulated) host
+            config.SSHLauncher.environment = {"PYTHONPATH": os.environ["PYTHONPATH"]}
+        return dict(launcher="ssh", hosts=per_host, controller_ip=self.controller_ip, config=config, **options)
+
+    def ssh(self, host, command, timeout=30):
+        """Run a shell ``command`` on ``host`` over SSH; returns the CompletedProcess."""
+        return subprocess.run(["ssh", *self.ssh_args, host, command], capture_output=True, text=True, timeout=timeout)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def close(self):
+        """Stop the hosts' daemons and every process left in them; remove the namespaces,
+        links and files. Idempotent."""
+        if self._state is None:
+            return
+        for proc in self._sshd.values():
+            proc.poll()
+        teardown(self._state)
+        for proc in self._sshd.values():
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        self._state = None
+        if self._reaper is not None:  # it exits when the state file is gone
+            try:
+                self._reaper.wait(5)
+            except subprocess.TimeoutExpired:
+                self._reaper.kill()
+                self._reaper.wait(5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<workbench testbed {self.tag}: {', '.join(f'{h}={a}' for h, a in self.hosts.items())}>"
+
+    # -- building -----------------------------------------------------------------------
+    def _save(self):
+        tmp = self._statefile + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self._state, f)
+        os.replace(tmp, self._statefile)
+
+    def _make_network(self):
+        bridge = self._state["bridge"]
+        _ip("link", "add", bridge, "type", "bridge")
+        self._state["bridge_made"] = True
+        self._save()
+        _ip("addr", "add", f"{self.controller_ip}/24", "dev", bridge)
+        _ip("link", "set", bridge, "up")
+        for name, address in self.hosts.items():
+            ns, veth = f"wb-{self.tag}-{name}", f"wb{self.tag}{name}"
+            _ip("netns", "add", ns)
+            self._state["netns"][name] = ns
+            self._save()
+            _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _ip("link", "set", veth, "master", bridge, "up")
+            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+
+    def _make_keys(self):
+        for key in ("host_key", "id_ed25519"):
+            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"workbench-testbed-{self.tag}",
+                  "-f", os.path.join(self.dir, key)])
+        shutil.copy(os.path.join(self.dir, "id_ed25519.pub"), os.path.join(self.dir, "authorized_keys"))
+        lines = []
+        for name, address in self.hosts.items():
+            lines += [f"Host {name} {address}", f"  HostName {address}"]
+        lines += ["Host *", "  User root", f"  IdentityFile {self.dir}/id_ed25519", "  IdentitiesOnly yes",
+                  "  BatchMode yes", "  StrictHostKeyChecking no", "  UserKnownHostsFile /dev/null",
+                  "  LogLevel ERROR", "  ConnectTimeout 5",
+                  # one connection per host, reused by the launchers' many ssh/scp calls
+                  "  ControlMaster auto", f"  ControlPath {self.dir}/cm-%h", "  ControlPersist 600"]
+        with open(self.ssh_config, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def _start_sshds(self):
+        os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
+        for name, address in self.hosts.items():
+            conf = os.path.join(self.dir, f"sshd_{name}.conf")
+            with open(conf, "w") as f:
+                f.write("\n".join([
+                    f"ListenAddress {address}", "Port 22", f"HostKey {self.dir}/host_key",
+                    f"PidFile {self.dir}/sshd_{name}.pid", "PermitRootLogin prohibit-password",
+                    f"AuthorizedKeysFile {self.dir}/authorized_keys", "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "UseDNS no",
+                    "MaxSessions 100", "MaxStartups 100",
+                    "Subsystem sftp /usr/lib/openssh/sftp-server",  # scp in OpenSSH 9 needs it
+                ]) + "\n")
+            ns = self._state["netns"][name]
+            # ip netns exec, unshare and sh all exec: the Popen's PID is sshd's
+            proc = subprocess.Popen(
+                ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c",
+                 f"hostname {name} && exec /usr/sbin/sshd -D -e -f {conf}"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=open(os.path.join(self.dir, f"sshd_{name}.log"), "wb"), start_new_session=True)
+            self._sshd[name] = proc
+            self._save()
+
+    def _wait_ready(self, timeout):
+        end = time.monotonic() + timeout
+        waiting = dict(self.hosts)
+        while waiting:
+            for name in list(waiting):
+                if self._sshd[name].poll() is not None:
+                    raise TestbedError(f"sshd of host {name} exited with {self._sshd[name].returncode}:\n"
+                                       f"{_tail(os.path.join(self.dir, f'sshd_{name}.log'))}")
+                out = self.ssh(name, "hostname", timeout=10)
+                if out.returncode == 0 and out.stdout.strip() == name:
+                    del waiting[name]
+            if waiting and time.monotonic() > end:
+                raise TestbedError(f"Hosts {sorted(waiting)} did not answer over SSH within {timeout:.0f} s:\n"
+                                   + "\n".join(_tail(os.path.join(self.dir, f"sshd_{n}.log")) for n in waiting))
+            if waiting:
+                time.sleep(0.1)
+
+
+def teardown(state):
+    """Undo a bed from its state record: SSH masters, daemons by PID, every process left in
+    its namespaces, the namespaces (with their veths), the bridge, the files."""
+    from workbench.kernel.processes import alive, reap
+
+    for name in state.get("hosts", []):
+        subprocess.run(["ssh", "-F", state["ssh_config"], "-O", "exit", name], capture_output=True, timeout=10)
+    # the daemons and whatever they started live in the namespaces: nothing else is touched
+    pids = set().union(*[_netns_pids(ns) for ns in state.get("netns", {}).values()])
+    for _ in range(3):  # processes may still be forking in the namespaces
+        for pid in pids:
+            if alive(pid):
+                try:
+                    os.kill(pid, 15)
+                except ProcessLookupError:
+                    pass
+        reap(pids, deadline=3)
+        pids = set().union(*[_netns_pids(ns) for ns in state.get("netns", {}).values()])
+        if not pids:
+            break
+    for ns in state.get("netns", {}).values():
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    if state.get("bridge_made"):
+        subprocess.run(["ip", "link", "del", state["bridge"]], capture_output=True)
+    shutil.rmtree(state["dir"], ignore_errors=True)  # the state file too: the reaper then exits
+
+
+def _netns_pids(ns):
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    return {int(p) for p in out.stdout.split()} if out.returncode == 0 else set()
+
+
+def _require_tools():
+    if os.geteuid() != 0:
+        raise TestbedError("The test bed needs root (network namespaces, a bridge, sshd): run as root, "
+                           "e.g. in a container or VM made for it.")
+    missing = sorted({pkg for path, pkg in _PACKAGES.items() if not os.path.exists(path)}
+                     | ({"iproute2"} if shutil.which("ip") is None else set()))
+    if missing:
+        raise TestbedError(f"The test bed needs Debian's {', '.join(missing)}: "
+                           f"apt-get install -y --no-install-recommends {' '.join(missing)}")
+
+
+def _free_subnet():
+    """A /24 of 198.18.0.0/15's first half that no interface here uses yet."""
+    used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    free = [n for n in range(2, 255) if f" 198.18.{n}." not in used]
+    if not free:
+        raise TestbedError("Every 198.18.x.0/24 is in use by another test bed on this machine.")
+    return random.choice(free)
+
+
+def _ip(*args):
+    _run(["ip", *args])
+
+
+def _run(cmd):
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise TestbedError(f"`{' '.join(cmd)}` failed ({out.returncode}): {out.stderr.strip()}")
+
+
+def _tail(path, lines=10):
+    try:
+        with open(path, errors="replace") as f:
+            return "\n".join(f.read().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _reap(owner, statefile):
+    """``python -m workbench.kernel.testbed reap OWNER STATEFILE``: when OWNER dies with
+    its bed still up, tear the bed down. Exits when the state file disappears."""
+    from workbench.kernel.processes import alive
+
+    while alive(owner):
+        if not os.path.exists(statefile):
+            return 0
+        time.sleep(0.5)
+    try:
+        with open(statefile) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return 0
+    teardown(state)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["reap"]:
+        sys.exit(_reap(int(sys.argv[2]), sys.argv[3]))
+    sys.exit("usage: python -m workbench.kernel.testbed reap OWNER_PID STATEFILE")
