@@ -208,7 +208,7 @@ class Dashboard:
         steps_per_s = (steps.step.max() - steps.step.min()) / span if span > 0 else float("nan")
         parts = [f"<b>{total:,.0f}</b> examples/s in total",
                  f"{steps_per_s:,.1f} steps/s", f"step time {recent.step_time.median() * 1000:.2f} ms"]
-        for name in self.run.job.metric_names:  # the user's metrics: mean over the last 5 s
+        for name in getattr(self.run.job, "metric_names", ()):  # the user's metrics: mean over the last 5 s
             if name in recent:
                 parts.append(f"{html.escape(name)} {recent[name].mean():.3f}")
         base = self._baseline()

@@ -157,7 +157,7 @@ class Run:
         df["elapsed"] = df["time"] - self._started
         if "staleness" in df:  # asynchronous runs: other updates applied during each step
             cols.append("staleness")
-        cols += [m for m in self.job.metric_names if m in df]
+        cols += [c for c in df.columns if c not in cols and c != "replicas"]  # the run's metrics
         df = df[cols].reset_index(drop=True)
         self._history = (version, df)
         return df.copy()
