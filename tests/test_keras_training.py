@@ -238,15 +238,18 @@ def batch_mean_loss(y_true, y_pred):
     (dict(loss=batch_mean_loss), "argument 'loss'. Received: a loss (batch_mean_loss) that returns one number"),
     (dict(loss="categorical_crossentropy"), "argument 'loss'. Received: loss='categorical_crossentropy' on labels "
      "of shape (2,) and the model's output of shape (2, 10)"),
-    (dict(metrics=["no_such_metric"]), "argument 'metrics'. Received: 'no_such_metric'"),
+    (dict(metrics=["no_such_metric"]), "argument 'metrics'. Received: metrics='no_such_metric'. Expected the name"),
 ])
 def test_what_a_step_cannot_use_is_a_clear_error_before_training(cluster, kwargs, expected):
-    run = cluster.train(wb.models.mlp((16,)), DIGITS, global_batch_size=64, steps=5, checkpoint_every=0,
-                        **SYNC["single"], **kwargs)
-    with pytest.raises(wb.EngineError) as info:
+    # (a metric name is checked in the kernel where Keras is loaded, as in this test process, else
+    # on the engine: the same message either way)
+    run = None
+    with pytest.raises((wb.EngineError, wb.ConfigError)) as info:
+        run = cluster.train(wb.models.mlp((16,)), DIGITS, global_batch_size=64, steps=5, checkpoint_every=0,
+                            **SYNC["single"], **kwargs)
         run.wait(timeout=120)
     assert expected in str(info.value), str(info.value)[:2000]
-    assert run.final_step == 0
+    assert run is None or run.final_step == 0
 
 
 def test_run_records_stay_json(cluster):

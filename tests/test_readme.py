@@ -48,8 +48,18 @@ def test_the_readmes_first_command_installs_and_serves_the_quickstart(tmp_path):
             time.sleep(0.2)
         # JupyterLab serves the notebook's folder and opens the notebook in it
         url = f"http://localhost:{port}/api/contents/00_quickstart.ipynb?token={match.group(1)}&content=0"
-        with urllib.request.urlopen(url, timeout=30) as r:
-            assert r.status == 200 and json.loads(r.read())["type"] == "notebook"
+        # the URL is logged as the server starts: give it until a deadline to accept (once, in
+        # a full CI run on a loaded machine, the first request right after the line was refused)
+        end = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=30) as r:
+                    assert r.status == 200 and json.loads(r.read())["type"] == "notebook"
+                break
+            except urllib.error.URLError as e:
+                assert proc.poll() is None, f"the command exited: {log.read_text()[-3000:]}"
+                assert time.monotonic() < end, f"{url} refused for 60 s ({e}): {log.read_text()[-3000:]}"
+                time.sleep(0.5)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the command's own process group: pip and jupyter
         proc.wait(60)

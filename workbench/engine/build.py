@@ -145,9 +145,10 @@ def loss(job):
     fn = job.loss
     if isinstance(fn, str):
         # its Loss class, as compile() uses it: labels of shape (batch,) fit outputs (batch, 1)
+        # (its ``call``: Loss.__call__ would also cast to float32, and float64 models stay float64)
         cls = getattr(keras.losses, "".join(w.capitalize() for w in fn.split("_")), None)
-        fn = cls() if isinstance(cls, type) and issubclass(cls, keras.losses.Loss) else keras.losses.get(fn)
-    if isinstance(fn, keras.losses.Loss):
+        fn = cls().call if isinstance(cls, type) and issubclass(cls, keras.losses.Loss) else keras.losses.get(fn)
+    elif isinstance(fn, keras.losses.Loss):
         fn.reduction = None  # this engine's copy: per-example values
 
     def per_example(y_true, y_pred):
@@ -186,7 +187,7 @@ def metrics(job):
             try:
                 found = keras.metrics.get(spec)
             except ValueError:
-                raise ValueError(f"Invalid value for argument 'metrics'. Received: {spec!r}. Expected the name "
+                raise ValueError(f"Invalid value for argument 'metrics'. Received: metrics={spec!r}. Expected the name "
                                  "of a Keras metric (keras.metrics.get knows it) or a keras.metrics.Metric "
                                  "object.") from None
             if isinstance(found, type):

@@ -126,6 +126,9 @@ def metrics(value, loss_name):
                     raise invalid("metrics", m, f"a specific accuracy for loss {loss_name!r}, such as "
                                   "'categorical_accuracy' or 'binary_accuracy'")
                 m = _ACCURACY[loss_name]
+            if m in _RESERVED or m in names:
+                raise invalid("metrics", m, "metric names that are not already columns of run.history "
+                              f"({', '.join(sorted(_RESERVED | names))}): pass the metric with name=...")
             if get is not None:
                 try:
                     get(m)

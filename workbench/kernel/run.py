@@ -208,7 +208,8 @@ class Run:
         rank = {"chief": 0, "ps": 1, "worker": 2, "local": 3}
         df = pd.DataFrame(list(tasks.values()) + rows, columns=cols)
         # tasks report in any order: sort so the table reads the same every time
-        df["_kind"] = df.variable.notna()
+        # tasks, then model variables, then optimizer state
+        df["_kind"] = df.variable.notna().astype(int) + (df.kind == "optimizer").astype(int)
         df["_rank"] = df.role.map(rank).fillna(9)
         df["_seq"] = range(len(df))
         df = df.sort_values(["_kind", "_rank", "task", "_seq"], kind="stable").drop(columns=["_kind", "_rank", "_seq"])
