@@ -36,6 +36,8 @@ def test_dashboard_follows_a_parameter_server_run_and_stops_it(cluster):
     assert len(set(seen)) >= 3 and seen == sorted(seen), f"the loss chart should grow while training: {seen[:20]}"
     assert "ps:0" in dash.placement.value and "chief:0" in dash.placement.value
     assert "examples/s in total" in dash.thr_text.value
+    # one state model: while the chief trains, the PS task and the worker serve it
+    assert run.task_states() == {"chief:0": "running", "ps:0": "serving", "worker:0": "serving"}, run.task_states()
     assert len(dash.acc_points.x) >= 1  # test accuracy every 200 steps
     started, updates = time.monotonic(), dash.updates
     time.sleep(1.0)
@@ -48,6 +50,12 @@ def test_dashboard_follows_a_parameter_server_run_and_stops_it(cluster):
     while "stopped" not in dash.status.value and time.monotonic() < deadline:
         time.sleep(0.05)
     assert "stopped" in dash.status.value and dash.stop_button.disabled
+    assert set(run.task_states().values()) == {"stopped"}, run.task_states()
+    after = cluster.train(wb.models.mlp(), DIGITS, strategy="single", workers=1, steps=5,
+                          global_batch_size=64, checkpoint_every=0).wait(timeout=300)
+    # a later topology restarts some of the run's engines on purpose: never shown as lost
+    assert "lost" not in run.task_states().values() and "lost" not in dash._engines_text(), run.task_states()
+    assert set(after.task_states().values()) <= {"done", "recycled"}
     snapshot = dash._bundle()["text/html"]
     assert snapshot.count("<svg") >= 3 and "ps:0" in snapshot and "Loss" in snapshot
 

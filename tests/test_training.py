@@ -162,6 +162,18 @@ def test_parameter_server_steps_report_their_staleness(cluster):
     assert stale.max() <= 2 * 2 * 10
 
 
+def test_parameter_server_checkpoints_make_no_step_look_faster_than_it_was(cluster):
+    """Step times are measured on the workers: the results the chief collects at once after
+    a checkpoint (it joins all workers to save) are not steps taken in no time."""
+    run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
+                        steps=600, checkpoint_every=100, steps_per_execution=5).wait(timeout=300)
+    h = run.history
+    assert sorted(h.step) == list(range(1, 601))
+    median = h.examples_per_s.median()
+    assert h.examples_per_s.max() < 5 * median, h.sort_values("examples_per_s").tail(5)
+    assert (h.step_time > 0).all()
+
+
 def test_unrolled_parameter_server_steps_are_the_looped_steps(cluster):
     """Runs of UNROLL_MIN_STEPS or more write their calls' steps out in chunks of inner
     functions (7 steps per call: a chunk of 5, then 2); shorter runs loop. With one worker

@@ -4,6 +4,7 @@
 enough), ``resume RUN --steps N`` continues one from its last checkpoint on a local cluster."""
 
 import argparse
+import re
 import sys
 import time
 
@@ -11,7 +12,7 @@ from workbench.errors import WorkbenchError
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="python -m workbench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.replace("``", "'"))
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="start a local cluster, train, print a summary, stop")
     t.add_argument("--strategy", default="multi_worker_mirrored",
@@ -73,7 +74,7 @@ def train(args, out=sys.stdout):
     model = wb.models.mlp(hidden, classes=data.classes)
     check(model, data, options)  # refuse bad arguments before any engine starts
     engines = args.engines or _engines_needed(args)
-    with wb.Cluster(engines=engines) as cluster:
+    with _started(wb, engines, out) as cluster:
         run = cluster.train(model, data, **options)
         _follow(run, out, progress=not args.no_progress)
         run.wait()
@@ -113,8 +114,9 @@ def describe(run):
              f"  steps          {run.final_step}/{job.steps}"]
     if len(h):
         lines.append(f"  final loss     {h.loss.iloc[-10:].mean():.4f} (mean of the last 10 steps)")
-    if run.evaluation:
-        lines.append(f"  test accuracy  {run.evaluation['test_accuracy']:.4f}")
+    for name, value in (run.evaluation or {}).items():
+        if name.startswith("test_"):
+            lines.append(f"  {name.replace('_', ' '):<14} {value:.4f}")
     saved = run.checkpoint
     lines.append(f"  checkpoint     " + (f"step {saved}" if saved is not None else "none"))
     ev = run.events
@@ -136,7 +138,7 @@ def resume(args, out=sys.stdout):
 
     adapter = strategies.get(job.strategy)
     counts = {"chief": 1, "local": 1, "ps": ps, "worker": workers}
-    with wb.Cluster(engines=sum(counts[r] for r in adapter.ROLES)) as cluster:
+    with _started(wb, sum(counts[r] for r in adapter.ROLES), out) as cluster:
         resumed = cluster.resume(run.id, steps=args.steps, workers=args.workers, ps=args.ps)
         _follow(resumed, out, progress=not args.no_progress)
         resumed.wait()
@@ -152,10 +154,33 @@ def check(model, data, options):
     make_job(None, model=model, data=data, **defaults, **options)
 
 
+def _say(out, text):
+    print(text, file=out, flush=True)
+
+
+def _started(wb, engines, out):
+    """A started local cluster, saying what it does meanwhile: the first output comes at
+    once, not after the ~10 s of engines importing TensorFlow."""
+    _say(out, f"starting a local cluster: a controller and {engines} engines (each imports TensorFlow) ...")
+    t0 = time.monotonic()
+    cluster = wb.Cluster(engines=engines).start()
+    _say(out, f"{engines} engines ready in {time.monotonic() - t0:.1f} s")
+    return cluster
+
+
 def _follow(run, out, progress):
+    """Progress while the run trains: a line when it starts, at its first step, then a bar of
+    steps (its rate is the run's global steps per second, as in the summary)."""
     from tqdm import tqdm
 
-    with tqdm(total=run.job.steps, unit="step", file=out, disable=not progress, dynamic_ncols=True) as bar:
+    _say(out, f"run {run.id} started ({run.job.strategy}, {run.job.steps} steps); waiting for the first step ...")
+    t0 = time.monotonic()
+    while not run.done and not len(run.history):
+        time.sleep(0.05)
+    if len(run.history):
+        _say(out, f"first step after {time.monotonic() - t0:.1f} s")
+    with tqdm(total=run.job.steps, unit="step", file=out, disable=not progress, dynamic_ncols=True,
+              initial=int(run.history.step.max()) if len(run.history) else 0) as bar:
         while not run.done:
             h = run.history
             if len(h):
@@ -166,14 +191,22 @@ def _follow(run, out, progress):
 
 
 def summary(run):
+    """The run in a few lines; steps/s, examples/s and wall time are ``wb.compare``'s own
+    figures for the run (one definition: ``compare.summary``)."""
+    from workbench.kernel import compare
+
     h = run.history
+    figures = compare.summary(run, run.id)
     lines = [f"run {run.id}: {run.job.strategy}, workers={run.job.workers}, ps={run.job.ps}",
              f"  steps          {run.final_step}/{run.job.steps}" + (" (stopped)" if run.stopped else "")]
     if len(h):
         per_worker = h.groupby("worker").examples_per_s.median()
         lines.append(f"  final loss     {h.loss.iloc[-10:].mean():.4f} (mean of the last 10 steps)")
-        lines.append(f"  examples/s     {per_worker.sum():,.0f} in total "
-                     f"({', '.join(f'{w} {v:,.0f}' for w, v in per_worker.items())})")
+        lines.append(f"  steps/s        {figures['steps/s']:,.1f} (global steps, after the first fifth of the run)")
+        lines.append(f"  examples/s     {figures['examples/s']:,.0f} (steps/s x global batch "
+                     f"{run.job.global_batch_size}); per worker, median: "
+                     f"{', '.join(f'{w} {v:,.0f}' for w, v in per_worker.items())}")
+        lines.append(f"  wall time      {figures['wall time (s)']:.1f} s (first to last step)")
     for name, value in (run.evaluation or {}).items():
         if name.startswith("test_"):
             lines.append(f"  {name.replace('_', ' '):<14} {value:.4f}")
@@ -187,6 +220,15 @@ def main(argv=None):
     try:
         command(args)
     except WorkbenchError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_in_cli_terms(str(e), args)}", file=sys.stderr)
         return 2
     return 0
+
+
+def _in_cli_terms(message, args):
+    """An API message in the terms the user typed: argument 'ps' is the option --ps."""
+    for dest in set(vars(args)) - {"command", "run"}:  # options, not positional arguments
+        flag = "--" + dest.replace("_", "-")
+        message = re.sub(rf"\bargument '{dest}'", f"argument '{flag}'", message)
+        message = re.sub(rf"Received: {dest}=", f"Received: {flag}=", message)
+    return message

@@ -343,13 +343,24 @@ def _train_parameter_server(job, ctx, strategy, coordinator):
     looped = tf.function(_steps_fn(strategy, step_fn, outputs=3 + len(metrics)))
     unrolled = tf.function(_steps_fn(strategy, step_fn, outputs=3 + len(metrics), unroll=True))
 
+    def timed(steps):
+        """The steps, with the worker's own clock read before and after them: step times are
+        measured where the work happens, not when the chief happens to collect results
+        (after a checkpoint's join it collects several of a worker's calls at once)."""
+        t0 = tf.timestamp()
+        with tf.control_dependencies([t0]):
+            out = steps()
+        with tf.control_dependencies(tf.nest.flatten(out)):
+            t1 = tf.timestamp()
+        return worker_index(), out, t0, t1
+
     @tf.function
     def run_looped(iterator, n):
-        return worker_index(), looped(iterator, n)
+        return timed(lambda: looped(iterator, n))
 
     @tf.function
     def run_unrolled(iterator, n):
-        return worker_index(), unrolled(iterator, n)
+        return timed(lambda: unrolled(iterator, n))
 
     # Unrolled calls run x1.2-1.5 faster but their trace and first call cost ~1.2 s
     # here: worth it from ~1,000 steps (see UNROLL_MIN_STEPS); shorter runs stay looped.
@@ -365,7 +376,6 @@ def _train_parameter_server(job, ctx, strategy, coordinator):
 
     inflight, done, scheduled, stopped = [], start, start, False
     last_seen = {}
-    t_start = time.perf_counter()
     max_inflight = 2 * job.workers
 
     retries = 0
@@ -374,7 +384,7 @@ def _train_parameter_server(job, ctx, strategy, coordinator):
         nonlocal done, retries
         remote, n = inflight.pop(0)
         try:
-            worker, (losses, hits, stale, *values) = remote.fetch()
+            worker, (losses, hits, stale, *values), began, ended = remote.fetch()
         except tf.errors.UnavailableError:
             # the worker that ran these steps died before its results were read: they are
             # lost with it, so run them again elsewhere (the model may count a few extra)
@@ -383,9 +393,10 @@ def _train_parameter_server(job, ctx, strategy, coordinator):
                 raise
             inflight.append((schedule(n), n))
             return
-        now = time.perf_counter()
-        since = now - last_seen.get(int(worker), t_start)
-        last_seen[int(worker)] = now
+        # from the end of this worker's previous call (a wait for a checkpoint or for the
+        # chief counts: a slow step, never an infinitely fast one), or from this call's start
+        since = max(float(ended) - last_seen.get(int(worker), float(began)), 1e-6)
+        last_seen[int(worker)] = float(ended)
         for j, loss in enumerate(losses):
             check_loss(float(loss), done + j + 1, f"worker:{int(worker)}", job)
             pub.add(step=done + j + 1, worker=f"worker:{int(worker)}", loss=float(loss),

@@ -16,6 +16,11 @@ from workbench.kernel import render
 MIME_WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
+# one colour per task state (Run.task_states): red only for a real loss or failure
+STATE_COLORS = {"starting": "#888", "running": "#27c", "serving": "#27c", "done": "#2a2", "stopped": "#2a2",
+                "recycled": "#2a2", "replaced": "#c80", "failed": "#b00", "lost": "#b00"}
+
+
 class Dashboard:
     def __init__(self, run, interval=0.25, smoothing=0.9, baseline=None):
         import bqplot as bq
@@ -249,16 +254,13 @@ class Dashboard:
 
     def _engines_text(self):
         run = self.run
-        client = run.cluster.client
-        ids = set(client.ids) if client is not None else set()
         cells = []
-        for t, name in zip(run.tasks, run._results):
-            alive = t.engine_id in ids
-            # from what the run's watcher collected: no client call from this thread
-            state = "done" if name in run._outcome else "failed" if run.done else "running"
-            color = "#2a2" if alive and state != "failed" else "#b00"
-            cells.append(f"<span style='color:{color}'>● {html.escape(name)} (engine {t.engine_id}: "
-                         f"{'alive' if alive else 'lost'}, {state})</span>")
+        # from what the run's watcher collected: no client call from this thread
+        states = run.task_states()
+        for t in run.tasks:
+            state = states.get(t.name, "starting")
+            color = STATE_COLORS.get(state, "#555")
+            cells.append(f"<span style='color:{color}'>● {html.escape(t.name)} (engine {t.engine_id}: {state})</span>")
         return "<div class='wb-engines'>" + " &nbsp; ".join(cells) + "</div>"
 
     def _stop(self):

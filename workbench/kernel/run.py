@@ -318,6 +318,44 @@ class Run:
                 f"behind is {behind} (engine {self._engine_of(behind)}, last step {last.get(behind, 0)}); "
                 f"last steps: {dict((n, last.get(n, 0)) for n in names)}. Its engines are being recycled.")
 
+    def task_states(self):
+        """``{task name: state}``, the one state model of a run's tasks:
+
+        - "starting": its engine is alive, it has reported no step yet;
+        - "running": it trains (its steps are in ``history``);
+        - "serving": a PS task, or a parameter-server worker's TF server, holding variables
+          or computing for the chief while the run goes on;
+        - "done" / "stopped": it ended well, at the last step or at an agreed stop;
+        - "failed": it raised (the run's error says how);
+        - "lost": its engine died while the run needed it;
+        - "replaced": a replacement engine took its task over (``events`` say when);
+        - "recycled": the run succeeded and the cluster later restarted its engine for
+          another topology, on purpose.
+        Red is for "failed" and "lost" only."""
+        client = self.cluster.client if self.cluster is not None else None
+        alive = set(client.ids) if client is not None else set()
+        replaced = {e.get("task") for e in self._events if e["kind"] == "worker_replaced"}
+        reporting = set(self.history.worker) if not self.done else set()
+        failed = getattr(self._error, "task", None), getattr(self._error, "role", None)
+        states = {}
+        for t in self.tasks:
+            name, out = t.name, self._outcome.get(t.name)
+            if out is not None and "server" in out and not self.done:
+                state = "serving"
+            elif out is not None:
+                state = "stopped" if out.get("stopped") or (self.stopped and "server" in out) else "done"
+                if t.engine_id not in alive and self._error is None:
+                    state = "recycled"
+            elif not self.done:
+                state = ("lost" if t.engine_id not in alive else
+                         "running" if name in reporting else "replaced" if name in replaced else "starting")
+            elif (t.index, t.role) == failed:
+                state = "lost" if t.engine_id not in alive else "failed"
+            else:
+                state = "lost" if t.engine_id not in alive and self._error is not None else "stopped"
+            states[name] = state
+        return states
+
     def _task(self, name):
         return next((t for t in self.tasks if t.name == name), None)
 
