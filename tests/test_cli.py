@@ -1,6 +1,7 @@
 """The headless CLI: same runs as the notebook, a progress bar, a summary, clear errors."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -50,7 +51,7 @@ def test_cli_lists_shows_and_resumes_a_run_with_another_number_of_workers(tmp_pa
     out = run_cli(tmp_path, "train", "--strategy", "multi_worker_mirrored", "--workers", "2", "--steps", "40",
                   "--global-batch-size", "64", "--checkpoint-every", "20", "--no-progress")
     assert out.returncode == 0, out.stderr[-3000:]
-    run_id = out.stdout.split("run ", 1)[1].split(":", 1)[0]
+    run_id = re.search(r"^run (\S+): ", out.stdout, re.M).group(1)  # the summary's first line
     listed = run_cli(tmp_path, "runs")
     assert listed.returncode == 0 and run_id in listed.stdout and "finished" in listed.stdout, listed.stderr
     refused = run_cli(tmp_path, "resume", run_id[:-3], "--steps", "60", "--workers", "3")

@@ -336,6 +336,8 @@ class Run:
         alive = set(client.ids) if client is not None else set()
         replaced = {e.get("task") for e in self._events if e["kind"] == "worker_replaced"}
         reporting = set(self.history.worker) if not self.done else set()
+        if reporting:  # a parameter-server chief reports its workers' steps under their names
+            reporting |= {t.name for t in self.tasks if t.role == "chief"}
         failed = getattr(self._error, "task", None), getattr(self._error, "role", None)
         states = {}
         for t in self.tasks:
