@@ -5,9 +5,10 @@ screenshots are, waiting, JupyterLab's menus and dialogs, starting a notebook's 
 import json
 import shutil
 import socket
-import time
 import urllib.request
 from pathlib import Path
+
+from checks import wait_for  # noqa: F401 - the browser tests and conftest take it from here
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -18,17 +19,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(condition, timeout, what):
-    end = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what()}")
-        time.sleep(0.2)
 
 
 def run_menu(page, item):

@@ -11,6 +11,7 @@ import time
 import pytest
 
 import workbench as wb
+from checks import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -24,13 +25,6 @@ def cluster():
     c = wb.Cluster(engines=4).start()
     yield c
     c.stop()
-
-
-def wait_for(condition, timeout, what):
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, f"timed out after {timeout} s waiting for {what()}"
-        time.sleep(0.02)
 
 
 def kill(cluster, run, role, index):

@@ -4,12 +4,12 @@ kill, and both strategies training across hosts, the MWMS-vs-single identity inc
 import warnings
 
 import ipyparallel as ipp
-import numpy as np
 import pytest
 from traitlets.config import Config
 
 import workbench as wb
 from workbench.common import roles
+from checks import relative_difference
 
 pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
 
@@ -32,12 +32,6 @@ def cluster(bed):
     c.start_warnings = [str(w.message) for w in seen if issubclass(w.category, UserWarning)]
     yield c
     c.stop()
-
-
-def relative_difference(a, b):
-    a = np.concatenate([w.ravel() for w in a]).astype("float64")
-    b = np.concatenate([w.ravel() for w in b]).astype("float64")
-    return np.linalg.norm(a - b) / np.linalg.norm(b)
 
 
 def test_engines_report_their_host_and_the_address_of_their_connection(cluster, bed):

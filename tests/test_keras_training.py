@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from checks import relative_difference
 
 pytestmark = pytest.mark.cluster
 
@@ -27,12 +28,6 @@ def cluster():
     c = wb.Cluster(engines=4).start()
     yield c
     c.stop()
-
-
-def relative_difference(a, b):
-    a = np.concatenate([w.ravel() for w in a]).astype("float64")
-    b = np.concatenate([w.ravel() for w in b]).astype("float64")
-    return np.linalg.norm(a - b) / np.linalg.norm(b)
 
 
 @ipp.interactive

@@ -10,6 +10,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import workbench as wb
+from workbench import tensorboard
 from workbench.kernel import magics
 
 
@@ -66,4 +67,4 @@ def test_wb_lists_stops_resumes_loads_and_opens_tensorboard(shell, capsys):
         except OSError as e:
             assert time.monotonic() < end, f"TensorBoard not answering at {url}: {e}"
             time.sleep(0.2)
-    magics._stop_boards()
+    tensorboard.stop_all()

@@ -2,19 +2,18 @@
 the kernel is killed, another one attaches, ``wb.load`` finds the run still training, its
 dashboard is live again and ``stop()`` works; the cluster's engines then resume it."""
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 import workbench as wb
 from workbench.kernel.recorded import RecordedRun
 from workbench.kernel.run import Run
+from checks import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -33,13 +32,6 @@ KERNEL = textwrap.dedent(f"""
     while True:
         time.sleep(1)
 """)
-
-
-def wait_for(condition, timeout, what):
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, f"timed out after {timeout} s waiting for {what()}"
-        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -7,14 +7,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
-import numpy as np
 import pytest
 
 import workbench as wb
 from workbench import records
 from workbench.kernel.processes import alive
+from checks import relative_difference, wait_for
 
 EVERY = 100
 ARGS = dict(global_batch_size=64, learning_rate=0.1, seed=1)
@@ -33,21 +32,8 @@ KERNEL = textwrap.dedent(f"""
 """)
 
 
-def wait_for(condition, timeout, what):
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, f"timed out after {timeout} s waiting for {what()}"
-        time.sleep(0.05)
-
-
 def cli(*args):
     return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, timeout=600)
-
-
-def relative_difference(a, b):
-    a = np.concatenate([w.ravel() for w in a]).astype("float64")
-    b = np.concatenate([w.ravel() for w in b]).astype("float64")
-    return np.linalg.norm(a - b) / np.linalg.norm(b)
 
 
 @pytest.mark.cluster

@@ -13,6 +13,7 @@ import pytest
 import workbench as wb
 from workbench.kernel import testbed as tb
 from workbench.kernel.processes import alive
+from checks import wait_for
 
 pytestmark = pytest.mark.hosts
 
@@ -25,13 +26,6 @@ def leftovers(tag):
              if f"wb{tag}" in line]
     sshd = subprocess.run(["pgrep", "-f", f"wb-bed-{tag}-"], capture_output=True, text=True).stdout.split()
     return {"netns": netns, "links": links, "processes": sshd}
-
-
-def wait_for(cond, timeout, what):
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, f"timed out after {timeout} s waiting for {what()}"
-        time.sleep(0.1)
 
 
 def test_hosts_have_their_own_name_address_and_sshd_and_leave_nothing():

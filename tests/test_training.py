@@ -10,6 +10,7 @@ import pytest
 
 import workbench as wb
 from workbench.kernel.processes import alive as _alive
+from checks import relative_difference, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -23,19 +24,6 @@ def cluster():
     c = wb.Cluster(engines=4).start()
     yield c
     c.stop()
-
-
-def relative_difference(a, b):
-    a = np.concatenate([w.ravel() for w in a]).astype("float64")
-    b = np.concatenate([w.ravel() for w in b]).astype("float64")
-    return np.linalg.norm(a - b) / np.linalg.norm(b)
-
-
-def wait_for(condition, timeout, what):
-    end = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < end, f"timed out after {timeout} s waiting for {what()}"
-        time.sleep(0.05)
 
 
 TOPOLOGIES = {

@@ -118,7 +118,7 @@ def describe(run):
         if name.startswith("test_"):
             lines.append(f"  {name.replace('_', ' '):<14} {value:.4f}")
     saved = run.checkpoint
-    lines.append(f"  checkpoint     " + (f"step {saved}" if saved is not None else "none"))
+    lines.append("  checkpoint     " + (f"step {saved}" if saved is not None else "none"))
     ev = run.events
     if len(ev):
         counts = ev.kind.value_counts()

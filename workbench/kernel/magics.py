@@ -13,11 +13,8 @@ what runs in the kernel, rather than in ``extensions/``.)
 """
 
 import argparse
-import atexit
 import shlex
-import subprocess
 
-_boards = {}  # run directory -> (TensorBoard process, port)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -151,29 +148,15 @@ def _resume(args, shell):
 
 
 def _tensorboard(args, shell):
+    from workbench import tensorboard
     from workbench.kernel.recorded import resolve
-    from workbench.lab.handlers import _start_tensorboard
 
     run_dir = resolve(args.run)
     logdir = run_dir / "tensorboard"
     if not logdir.is_dir():
         raise _Usage(f"%wb tensorboard: run {run_dir.name} wrote no TensorBoard logs ({logdir} does not exist)")
-    process, port = _boards.get(str(run_dir), (None, None))
-    if process is None or process.poll() is not None:
-        process, port = _start_tensorboard(logdir)
-        _boards[str(run_dir)] = (process, port)
+    _, port = tensorboard.serve(logdir)
     print(f"TensorBoard for run {run_dir.name}: http://127.0.0.1:{port}/ (ends with this kernel)")
-
-
-@atexit.register
-def _stop_boards():
-    for process, _ in _boards.values():
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(5)
-            except subprocess.TimeoutExpired:
-                process.kill()
 
 
 _COMMANDS = {None: _overview, "load": _load, "stop": _stop, "resume": _resume, "tensorboard": _tensorboard}

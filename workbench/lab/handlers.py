@@ -7,24 +7,20 @@
 """
 
 import asyncio
-import atexit
 import json
 import re
-import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from workbench import tensorboard
 from workbench.records import Records
 
 RUN_ID = r"[A-Za-z0-9_~-][A-Za-z0-9_.~-]*"  # what a run directory may be called (not "..")
 URL_RUN_ID = r"[^/]+"  # checked against RUN_ID in the handler: a clear 400, not a bare 404
-_boards = {}  # run_id -> (process, port)
 
 
 class _Base(APIHandler):
@@ -78,10 +74,7 @@ class TensorBoardHandler(_Base):
         logdir = Path(run["run_dir"]) / "tensorboard"
         if not logdir.is_dir():
             raise web.HTTPError(404, f"run {run_id} wrote no TensorBoard logs ({logdir} is missing)")
-        process, port = _boards.get(run_id, (None, None))
-        if process is None or process.poll() is not None:
-            process, port = _start_tensorboard(logdir)
-            _boards[run_id] = (process, port)
+        process, port = tensorboard.serve(logdir)
         for _ in range(300):  # until TensorBoard accepts connections (at most 60 s)
             if process.poll() is not None:
                 raise web.HTTPError(500, f"TensorBoard exited with code {process.returncode}")
@@ -93,43 +86,6 @@ class TensorBoardHandler(_Base):
         else:
             raise web.HTTPError(504, "TensorBoard did not start within 60 s")
         self.finish(json.dumps({"run_id": run_id, "url": f"http://127.0.0.1:{port}/"}))
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _die_with_parent():
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def _start_tensorboard(logdir):
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
-         "--port", str(port), "--reload_interval", "2"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-    )
-    return process, port
-
-
-@atexit.register
-def _stop_boards():
-    for process, _ in _boards.values():
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(5)
-            except subprocess.TimeoutExpired:
-                process.kill()
 
 
 def setup(serverapp):
