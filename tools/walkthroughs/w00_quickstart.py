@@ -102,7 +102,8 @@ kernel instead, which stops the run the same way.)
 """),
         code("""
 ps_run.wait()
-print("test accuracy >= 0.90:", ps_run.evaluation["test_accuracy"] >= 0.90)
+accuracy = ps_run.evaluation["test_accuracy"]
+print(f"test accuracy >= 0.90: {accuracy >= 0.90} (measured {accuracy:.3f})")
 p = ps_run.placement
 p[p.kind == "model"][["role", "task", "variable", "bytes"]]
 """),

@@ -72,10 +72,10 @@ def relative_difference(a, b):
     a, b = (np.concatenate([w.ravel() for w in ws]).astype("float64") for ws in (a, b))
     return np.linalg.norm(a - b) / np.linalg.norm(b)
 
-print("split vs whole, relative difference < 1e-6:",
-      relative_difference(model_parallel.weights(), whole.weights()) < 1e-6)
-print("data parallel vs whole, relative difference < 1e-5:",
-      relative_difference(data_parallel.weights(), whole.weights()) < 1e-5)
+split = relative_difference(model_parallel.weights(), whole.weights())
+replicas = relative_difference(data_parallel.weights(), whole.weights())
+print(f"split vs whole, relative difference < 1e-6: {split < 1e-6} (measured {split:.1e})")
+print(f"data parallel vs whole, relative difference < 1e-5: {replicas < 1e-5} (measured {replicas:.1e})")
 """),
         md("""
 ## The traffic each split creates
@@ -109,8 +109,14 @@ about 100 up (26,280 bytes against 256 bytes per example). A small model with la
 batches favours data parallelism; a model too large for one
 device, with narrow places to cut, favours model parallelism. The cut matters as much as
 the choice: cutting at the 64-wide layer doubles the traffic of cutting at the 32-wide one.
-*A bad split floods the network.* (On one machine the two logical devices share memory, so
-the measured speeds below mostly show the extra work of splitting, not a network.)
+*A bad split floods the network.* On one machine there is no network to flood: the two
+logical devices share the same two cores and memory, and handing activations from one to
+the other is a memory copy. So the speeds below do not show that lesson (walkthrough 09
+does, across emulated hosts): here splitting costs little. In three executions on this
+2-core machine the split model ran at x0.84, x1.03 and x1.32 of the whole model's speed:
+the spread comes from the machine's load and from how TensorFlow's runtime spreads two
+logical devices over two cores, not from communication. The claim checked below is only
+that splitting keeps at least 0.6 of one device's speed here.
 """),
         code("""
 speed = {name: run.history.examples_per_s.median() for name, run in
@@ -118,6 +124,10 @@ speed = {name: run.history.examples_per_s.median() for name, run in
           ("model parallel (2 stages)", model_parallel)]}
 pd.Series(speed, name="examples/s (median of steps)").round(0)
 """, volatile=True),
+        code("""
+ratio = speed["model parallel (2 stages)"] / speed["one device"]
+print(f"model parallel at least 0.6 x one device's speed: {ratio >= 0.6} (measured x{ratio:.2f})")
+"""),
         code("""
 cluster.stop()
 """),

@@ -77,10 +77,10 @@ drift.style.format({"relative difference from one machine": "{:.2e}", "test accu
 """, volatile=True),
         code("""
 d = drift["relative difference from one machine"]
-print("k >= 2 leaves the identity (every difference > 1e-3):", bool((d > 1e-3).all()))
-print("averaging every 2 steps drifts less than every 8:", bool(d[2] < d[8]))
-print("accuracy stays within 0.03 of one machine's:",
-      bool((abs(drift["test accuracy"] - single.evaluation["test_accuracy"]) < 0.03).all()))
+gap = abs(drift["test accuracy"] - single.evaluation["test_accuracy"]).max()
+print(f"k >= 2 leaves the identity (every difference > 1e-3): {bool((d > 1e-3).all())} (measured min {d.min():.1e})")
+print(f"averaging every 2 steps drifts less than every 8: {bool(d[2] < d[8])} (measured {d[2]:.1e} vs {d[8]:.1e})")
+print(f"accuracy stays within 0.03 of one machine's: {bool(gap < 0.03)} (measured largest gap {gap:.3f})")
 """),
         md("""
 ## Momentum and Adam
@@ -101,8 +101,9 @@ for name, extra in [("SGD + momentum 0.9", dict(momentum=0.9)),
 pd.Series(results, name="relative difference, k = 1").map("{:.1e}".format)
 """, volatile=True),
         code("""
-print("momentum keeps the identity (< 1e-12):", results["SGD + momentum 0.9"] < 1e-12)
-print("Adam breaks it (> 1e-2):", results["Adam"] > 1e-2)
+momentum, adam = results["SGD + momentum 0.9"], results["Adam"]
+print(f"momentum keeps the identity (< 1e-12): {momentum < 1e-12} (measured {momentum:.1e})")
+print(f"Adam breaks it (> 1e-2): {adam > 1e-2} (measured {adam:.1e})")
 """),
         md("""
 **What it means.** Averaging every step is exactly large-batch synchronous SGD, which is

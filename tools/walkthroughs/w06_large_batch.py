@@ -64,7 +64,9 @@ table
 - with the rate unchanged, accuracy falls as the batch grows: fewer updates of the same
   size;
 - the linear rule holds it up to a batch of 256, 16 times the base batch (rate 0.8);
-- at 1024 (rate 3.2, only 42 updates in all) the rule breaks, warm-up or not: the
+- at 1024 (rate 3.2, only 42 updates in all) the rule breaks, and warm-up does not rescue
+  it (it came out worse here, 0.09 against 0.18: both near the 0.10 of guessing among ten
+  digits, where small differences mean nothing): the
   digits training set has 1,438 examples, so a batch of 1024 is most of an epoch, and no
   learning rate makes 42 steps do the work of 2,696. That is the regime where Goyal's rule
   stopped holding too, at a larger scale.

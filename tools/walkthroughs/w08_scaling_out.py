@@ -124,7 +124,7 @@ if bed is not None:
     diff = np.linalg.norm(flat(mwms.weights()) - flat(single.weights())) / np.linalg.norm(flat(single.weights()))
     workers = mwms.placement[mwms.placement.variable.isna()]
     print("MWMS workers on", len(set(workers.host)), "different hosts")
-    print("MWMS across hosts equals single within 1e-5:", diff < 1e-5)
+    print(f"MWMS across hosts equals single within 1e-5: {diff < 1e-5} (measured {diff:.1e})")
 """),
         code("""
 if bed is not None:
