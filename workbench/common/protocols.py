@@ -15,8 +15,6 @@ Who writes what:
 - the kernel adds the events it observes itself (``worker_lost`` and the like).
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import Literal, NotRequired, TypedDict, Union
 
