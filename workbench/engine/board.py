@@ -1,5 +1,7 @@
 """TensorBoard event files under the run directory, written by the chief task."""
 
+from __future__ import annotations
+
 import os
 
 
@@ -7,7 +9,7 @@ class Board:
     """Scalars at most every ``interval`` seconds (eager summary writes cost time on the
     chief, which a synchronous run waits for); ``force=True`` for evaluations."""
 
-    def __init__(self, run_dir, enabled, interval=1.0):
+    def __init__(self, run_dir: str, enabled: bool, interval: float = 1.0) -> None:
         self._writer = None
         self._interval = interval
         self._last = float("-inf")
@@ -16,7 +18,7 @@ class Board:
 
             self._writer = tf.summary.create_file_writer(os.path.join(run_dir, "tensorboard"))
 
-    def scalars(self, step, force=False, **values):
+    def scalars(self, step: int, force: bool = False, **values: float | None) -> None:
         import time
 
         if self._writer is None or (not force and time.monotonic() - self._last < self._interval):
@@ -29,7 +31,7 @@ class Board:
                 if value is not None:
                     tf.summary.scalar(name, value, step=step)
 
-    def close(self):
+    def close(self) -> None:
         if self._writer is not None:
             self._writer.flush()
             self._writer.close()

@@ -1,13 +1,24 @@
 """Build what a run trains, on the engine: model, optimizer, loss, input pipeline."""
 
+from __future__ import annotations
 
-def keras_model(model):
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    import numpy as np
+    import tensorflow as tf
+
+    from workbench.common.job import Job
+
+
+def keras_model(model: Any) -> bool:
     import keras
 
     return isinstance(model, keras.Model)
 
 
-def model(job):
+def model(job: Job) -> Any:
+    """The user's model (a keras.Model, built when the data says its input shape, or a tf.Module)."""
     import tensorflow as tf
 
     m = job.model()
@@ -28,7 +39,7 @@ def model(job):
     return m
 
 
-def check_fit(m, job, loss_fn):
+def check_fit(m: Any, job: Job, loss_fn: Callable) -> None:
     """Fail before training when the data does not fit the model or the loss: a clear error,
     not a shape error deep inside a traced function, nor a silent mismatch of class counts."""
     data = job.data
@@ -66,15 +77,15 @@ def check_fit(m, job, loss_fn):
         )
 
 
-def call(m, x):
+def call(m: Any, x: tf.Tensor) -> tf.Tensor:
     return m(x, training=True) if keras_model(m) else m(x)
 
 
-def trainable(m):
+def trainable(m: Any) -> list[tf.Variable]:
     return m.trainable_variables
 
 
-def optimizer(job):
+def optimizer(job: Job) -> Any:
     """The run's optimizer, built on the engine (under the strategy's scope, by the caller):
     from its name, the user's callable, or the class and config of the Keras optimizer the
     user passed (its clipping, weight decay and learning-rate schedule included)."""
@@ -95,7 +106,7 @@ def optimizer(job):
     return cls(rate)
 
 
-def aggregated_clipping(opt, replicas):
+def aggregated_clipping(opt: Any, replicas: int) -> Callable[[list], list] | None:
     """Keras 3 clips each replica's own gradient before it sums them across replicas, so a
     clipped run on n replicas is not the same training as on one. With ``replicas`` > 1
     this takes the clipping over: it returns ``clip(grads)``, which sums the gradients
@@ -121,7 +132,7 @@ def aggregated_clipping(opt, replicas):
     return clip
 
 
-def extra_losses(m):
+def extra_losses(m: Any) -> tf.Tensor | None:
     """The model's own losses (weight and activity regularizers, ``add_loss``) from its last
     call, summed, or None. A tf.Module has none."""
     import tensorflow as tf
@@ -132,7 +143,7 @@ def extra_losses(m):
     return tf.add_n([tf.cast(tf.reduce_sum(x), tf.float32) for x in losses])
 
 
-def loss(job):
+def loss(job: Job) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
     """Per-example loss function ``f(y_true, y_pred) -> [batch]``.
 
     A name or a ``keras.losses.Loss`` with any reduction: the workbench takes its
@@ -169,7 +180,7 @@ def _name(value):
     return value if isinstance(value, str) else getattr(value, "__name__", type(value).__name__)
 
 
-def metrics(job):
+def metrics(job: Job) -> list[tuple[str, Any, list[np.ndarray]]]:
     """``[(column, metric, initial state)]``: each of the run's Keras metrics, built on this
     engine from its name or its class and config, outside any strategy's scope. Steps
     compute them statelessly on their own batch from the initial state (see
@@ -201,7 +212,7 @@ def metrics(job):
     return out
 
 
-def metric_values(metrics, y, pred):
+def metric_values(metrics: list, y: tf.Tensor, pred: tf.Tensor) -> list[tf.Tensor]:
     """Each metric's value on this batch alone: its update and result from its initial
     state, without touching its variables (Keras' stateless API), so any metric runs inside
     a replica function under any strategy, parameter servers included."""
@@ -214,7 +225,7 @@ def metric_values(metrics, y, pred):
     return values
 
 
-def eval_batches(job, batch_size=1024):
+def eval_batches(job: Job, batch_size: int = 1024) -> Iterator[tuple[np.ndarray, np.ndarray]] | None:
     """The evaluation data as ``(x, y)`` numpy batches: ``eval_data`` when the run has it
     (its test split, or all of it when it has none; a ``dataset_fn``'s dataset read to its
     end), else the test split of the training data; None when there is neither."""
@@ -243,7 +254,8 @@ def eval_batches(job, batch_size=1024):
     return ((x[i:i + batch_size], y[i:i + batch_size]) for i in range(0, len(x), batch_size))
 
 
-def dataset_fn(job, start_step=0, worker_index=None, num_workers=1):
+def dataset_fn(job: Job, start_step: int = 0, worker_index: Callable | None = None,
+               num_workers: int = 1) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
     """``fn(input_context) -> tf.data.Dataset`` of per-replica batches.
 
     For numpy data every pipeline builds the same seeded, shuffled, repeated stream of
@@ -257,7 +269,7 @@ def dataset_fn(job, start_step=0, worker_index=None, num_workers=1):
     model thread (``autotune.enabled = False``; prefetch buffers still size themselves).
     Deleting an iterator waits for that thread, which sleeps through its optimisation
     period without waking (TF 2.21): after long parameter-server runs the next run's
-    start, or a run's end, waited 1.5-41 s with no process using CPU.
+    start, or a run's end, waited seconds with no process using CPU (bench/README.md).
     """
     make = _user_or_own(job, worker_index, num_workers, start_step)
 

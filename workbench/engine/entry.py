@@ -1,15 +1,25 @@
 """The function the kernel runs on each engine of a run."""
 
+from __future__ import annotations
+
 import os
 import socket
 import sys
+from typing import TYPE_CHECKING, Union
+
+from workbench.common.protocols import TaskContext
+
+if TYPE_CHECKING:
+    from workbench.common.protocols import ServerResult, TaskResult, TaskRow
+    from workbench.common.roles import Task
 
 
-def run_task(payload, task):
+def run_task(payload: bytes, task: Task) -> Union[TaskResult, ServerResult]:
     """Set this task's TF_CONFIG, then hand over to the strategy adapter.
 
     ``payload`` is the cloudpickled ``Job``: the model and data functions a notebook
-    defines live in ``__main__`` and travel by value.
+    defines live in ``__main__`` and travel by value. The strategy's ``train`` gets the
+    job and this task's ``TaskContext``; what it returns goes back to the kernel.
     """
     import threading
 
@@ -31,13 +41,9 @@ def run_task(payload, task):
     name = task.name
     chief_role = "chief" if "chief" in strategies.get(job.strategy).ROLES else None
     is_chief = task.role == chief_role if chief_role else task.index == 0
-    ctx = {
-        "task": task,
-        "name": name,
-        "is_chief": is_chief,
-        "task_row": {"role": task.role, "task": task.index, "engine": task.engine_id,
-                     "host": socket.gethostname(), "pid": os.getpid(), "target": task.target},
-    }
+    row: TaskRow = {"role": task.role, "task": task.index, "engine": task.engine_id,
+                    "host": socket.gethostname(), "pid": os.getpid(), "target": task.target}
+    ctx = TaskContext(task=task, name=name, is_chief=is_chief, task_row=row)
     before = set(_gradient_registry())
     try:
         return strategies.get(job.strategy).train(job, ctx)
@@ -48,13 +54,13 @@ def run_task(payload, task):
                 del registry[key]
 
 
-def _gradient_registry():
+def _gradient_registry() -> dict:
     """TF's global gradient registry (a dict by op type name), or {} before TF is imported.
 
     Every trace that calls ``ReplicaContext.all_reduce`` (a Keras optimizer under any
     strategy does) registers a ``tf.custom_gradient`` there under a new name, and TF never
-    removes it; it holds the traced graph, so each run left 3 graphs behind on each engine,
-    0.4-0.8 MB of its memory. A run's graphs are not used after it ends, so ``run_task``
+    removes it; it holds the traced graph, so each run left 3 graphs behind on each engine
+    (bench/README.md: how much memory). A run's graphs are not used after it ends, so ``run_task``
     removes the names the run added."""
     ops = sys.modules.get("tensorflow.python.framework.ops")  # no TF import here: GPU engines import it later
     registry = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)

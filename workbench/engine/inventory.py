@@ -1,5 +1,7 @@
 """What an engine reports about itself, found without TensorFlow."""
 
+from __future__ import annotations
+
 import os
 import random
 import shutil
@@ -7,9 +9,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workbench.common.protocols import Inventory
 
 
-def report(controller_host="127.0.0.1"):
+def report(controller_host: str = "127.0.0.1") -> Inventory:
     """Host, reachable address, pid, a reserved TF port, GPUs and CPUs of this engine.
 
     The address is the local end of the route to the controller: the interface the
@@ -23,7 +29,6 @@ def report(controller_host="127.0.0.1"):
         "gpus": _gpus(),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "tmp": tempfile.gettempdir(),
-        "tensorflow_imported": "tensorflow" in sys.modules,
     }
 
 
@@ -55,7 +60,7 @@ def _connection_address(controller_host):
     return mine[0] if len(mine) == 1 else None
 
 
-def free_port():
+def free_port() -> int:
     """A port free on every interface (TF's gRPC server binds them all), below the
     system's ephemeral range. A port from that range, once free, may become the local end
     of any outgoing connection, which blocks a server from listening on it until that
@@ -100,9 +105,9 @@ def _gpus():
         return []
 
 
-def configure(env):
+def configure(env: dict[str, str]) -> int:
     """Set the engine's lifetime environment. All of it but ``TMPDIR`` (read when a
-    temporary file is made) must be set before TensorFlow is imported."""
+    temporary file is made) must be set before TensorFlow is imported. Returns the engine's pid."""
     if "tensorflow" in sys.modules:
         changed = {k: v for k, v in env.items() if k != "TMPDIR" and os.environ.get(k) != v}
         if changed:

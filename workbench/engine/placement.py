@@ -1,7 +1,15 @@
 """Where a run's variables live, read on the engine after the model is built."""
 
+from __future__ import annotations
 
-def variables(m, task, opt=None):
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.common.protocols import VariableRow
+    from workbench.common.roles import Task
+
+
+def variables(m: Any, task: Task, opt: Any = None) -> list[VariableRow]:
     """A row per variable (a row per shard of a sharded one): the model's, then the
     optimizer's state (its step counter, learning rate and slots such as Adam's m and v),
     with ``kind`` "model" or "optimizer"."""
@@ -37,7 +45,7 @@ def _device(v):
     return ""
 
 
-def split_cpu(n):
+def split_cpu(n: int) -> None:
     """Split this engine's CPU into ``n`` logical devices standing in for GPUs (0: leave it
     whole). Must run before TensorFlow's runtime starts on the engine."""
     import tensorflow as tf
@@ -47,7 +55,7 @@ def split_cpu(n):
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
 
 
-def devices(task):
+def devices(task: Task) -> list[str]:
     """This task's own logical devices (a coordinator also sees every remote one)."""
     import tensorflow as tf
 

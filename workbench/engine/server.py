@@ -4,12 +4,20 @@ TF cannot stop a server or bind a second one to the same port, so an engine host
 most one, for one cluster spec; the kernel recycles the engine when the spec changes.
 """
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.common.roles import Task
 
 _SERVER = {}  # {"spec": TF_CONFIG json, "server": tf.distribute.Server}
 
 
-def ensure(task):
+def ensure(task: Task) -> dict[str, Any]:
+    """This engine's server for ``task``'s cluster, started once: ``{"target", "reused",
+    "devices", "pid"}``."""
     from workbench.engine import placement
 
     if _SERVER:

@@ -2,8 +2,9 @@
 it registers with the controller, so that the first run does not wait for the import.
 
 Keras imports scikit-learn (for ``keras.wrappers``) and matplotlib (for
-``keras.visualization``) when they are installed: 1.5 of the 4 CPU-seconds of ``import
-tensorflow`` here, paid by every engine at once on a machine's few cores. The start-up
+``keras.visualization``) when they are installed: over a third of the CPU time of
+``import tensorflow`` (bench/README.md), paid by every engine at once on a machine's few
+cores. The start-up
 import leaves them out, so those two Keras modules behave on engines as if the packages
 were missing; scikit-learn and matplotlib themselves stay importable by any code.
 
@@ -45,7 +46,7 @@ def _import_tensorflow():
         sys.meta_path.remove(finder)
 
 
-def main():
+def main() -> None:
     if not inventory._gpus():
         os.environ.update(STARTUP_ENV)
         threading.Thread(target=_import_tensorflow, name=THREAD, daemon=True).start()

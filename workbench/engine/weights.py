@@ -7,11 +7,13 @@ Rebuilds the model from the run's ``job.pkl``, restores ``checkpoints/`` into it
 its weights, in ``run.weights()`` order, to OUT.npz.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 
 
-def main(run_dir, out):
+def main(run_dir: str, out: str) -> int:
     import cloudpickle
     import numpy as np
     import tensorflow as tf

@@ -14,18 +14,19 @@ adding a module here; the registry below finds it by name.
 
 import importlib
 import pkgutil
+from types import ModuleType
 
 _MODULES = {}
 
 
-def names():
+def names() -> list[str]:
     """The names of all strategy adapters, sorted."""
     return sorted(
         m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")
     )
 
 
-def get(name):
+def get(name: str) -> ModuleType:
     """The adapter module for ``name`` (validated by the caller)."""
     if name not in _MODULES:
         _MODULES[name] = importlib.import_module(f"{__name__}.{name}")

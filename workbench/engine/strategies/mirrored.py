@@ -10,12 +10,19 @@ SYNC_WORKERS = False
 DESCRIPTION = "one engine, all of its devices (MirroredStrategy)"
 
 
-def train(job, ctx):
+from typing import TYPE_CHECKING  # noqa: E402
+
+if TYPE_CHECKING:
+    from workbench.common.job import Job
+    from workbench.common.protocols import TaskContext, TaskResult
+
+
+def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
     import tensorflow as tf
 
-    from workbench.engine import loop, placement
+    from workbench.engine import placement, synchronous
 
     placement.split_cpu(job.devices)
     gpus = tf.config.list_logical_devices("GPU")
     devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
-    return loop.train_synchronous(tf.distribute.MirroredStrategy(devices), job, ctx)
+    return synchronous.train(tf.distribute.MirroredStrategy(devices), job, ctx)

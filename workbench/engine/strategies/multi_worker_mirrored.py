@@ -10,10 +10,17 @@ SYNC_WORKERS = True
 DESCRIPTION = "synchronous all-reduce across worker engines (MultiWorkerMirroredStrategy)"
 
 
-def train(job, ctx):
+from typing import TYPE_CHECKING  # noqa: E402
+
+if TYPE_CHECKING:
+    from workbench.common.job import Job
+    from workbench.common.protocols import TaskContext, TaskResult
+
+
+def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
     import tensorflow as tf
 
-    from workbench.engine import loop
+    from workbench.engine import synchronous
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    return loop.train_synchronous(strategy, job, ctx)
+    return synchronous.train(strategy, job, ctx)

@@ -13,26 +13,30 @@ SYNC_WORKERS = True
 DESCRIPTION = "synchronous parameter averaging every k steps across worker engines (Deeplearning4j)"
 
 
-def train(job, ctx):
-    import dataclasses
+from typing import TYPE_CHECKING  # noqa: E402
 
+if TYPE_CHECKING:
+    from workbench.common.job import Job
+    from workbench.common.protocols import TaskContext, TaskResult
+
+
+def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
     import tensorflow as tf
 
-    from workbench.engine import build, loop
+    from workbench.engine import build, loop, synchronous
 
     # the collectives that average the replicas; the replicas themselves are plain
     # variables of this process, trained with no strategy at all
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    pub, model, opt, step, start, manager, board, metrics = loop.prepare(tf.distribute.get_strategy(), job, ctx)
+    t = loop.prepare(tf.distribute.get_strategy(), job, ctx)
     local = job.global_batch_size // job.workers
     context = tf.distribute.InputContext(num_input_pipelines=job.workers,
-                                         input_pipeline_id=ctx["task"].index, num_replicas_in_sync=job.workers)
-    iterator = iter(build.dataset_fn(job, start_step=start)(context))
+                                         input_pipeline_id=ctx.task.index, num_replicas_in_sync=job.workers)
+    iterator = iter(build.dataset_fn(job, start_step=t.start)(context))
     # each worker's loss is the mean over its own m = global/n examples
-    step_fn = loop._step_fn(dataclasses.replace(job, global_batch_size=local), model, opt, step, build.loss(job),
-                            metrics)
-    outputs = 2 + len(metrics)
-    variables = build.trainable(model)
+    replica_step = loop.step_fn(t, build.loss(job), global_batch_size=local)
+    outputs = 2 + len(t.metrics)
+    variables = build.trainable(t.model)
 
     def average():
         def replica_fn():
@@ -47,7 +51,7 @@ def train(job, ctx):
         columns = [tf.TensorArray(tf.float32, size=n) for _ in range(outputs)]
         for i in tf.range(n):
             x, y = next(iterator)
-            columns = [c.write(i, v) for c, v in zip(columns, step_fn(x, y))]
+            columns = [c.write(i, v) for c, v in zip(columns, replica_step(x, y))]
         if then_average:
             average()
         return tf.stack([c.stack() for c in columns])
@@ -57,8 +61,7 @@ def train(job, ctx):
     def run_chunk(done, n):  # chunks end on multiples of k (``every=k``): average there
         return run_steps(iterator, tf.constant(n), (done + n) % k == 0).numpy()
 
-    done, stopped = loop.lockstep(job, ctx, pub, board, manager, model, start, run_chunk,
-                                  loop.agreement(strategy), examples=local, every=k, metrics=metrics)
+    done, stopped = synchronous.lockstep(t, run_chunk, synchronous.agreement(strategy), examples=local, every=k)
     if done % k:  # the run ends on the average of the replicas, as Deeplearning4j's does
         tf.function(average)()
-    return loop.finish(model, job, ctx, pub, board, manager, done, stopped, metrics)
+    return loop.finish(t, done, stopped)

@@ -10,16 +10,174 @@ SYNC_WORKERS = False
 DESCRIPTION = "asynchronous training with variables on PS tasks (ParameterServerStrategy)"
 
 
-def train(job, ctx):
+from typing import TYPE_CHECKING, Union  # noqa: E402
+
+if TYPE_CHECKING:
+    from workbench.common.job import Job
+    from workbench.common.protocols import ServerResult, TaskContext, TaskResult
+
+
+def train(job: "Job", ctx: "TaskContext") -> "Union[TaskResult, ServerResult]":
+    """A worker or PS task starts (or keeps) its engine's server and returns; the chief
+    runs the coordinator and the training loop."""
     import time
 
-    if ctx["task"].role in ("ps", "worker"):
+    if ctx.task.role in ("ps", "worker"):
         from workbench.engine import server
 
-        info = server.ensure(ctx["task"])
-        row = dict(ctx["task_row"], devices=info["devices"])
+        info = server.ensure(ctx.task)
+        row = dict(ctx.task_row, devices=info["devices"])
         return {"server": info["target"], "reused": info["reused"],
                 "events": [{"kind": "placement", "tasks": [row], "variables": [], "time": time.time()}]}
-    from workbench.engine import loop
+    strategy, coordinator = _strategy_and_coordinator(job, ctx)
+    try:
+        return _train(job, ctx, strategy, coordinator)
+    except BaseException:
+        _CHIEF.clear()  # after a failure the next run starts from a new strategy
+        raise
 
-    return loop.train_parameter_server(job, ctx)
+
+# The chief's strategy and coordinator, kept for the next run on the same servers: TF never
+# frees a ClusterCoordinator, so each run's new one left its 3 threads behind on the chief
+# (bench/README.md: threads and memory of the chief over 30 runs).
+_CHIEF = {}
+
+
+def _strategy_and_coordinator(job, ctx):
+    import tensorflow as tf
+
+    # the same spec on the same engines (a replaced engine has a new id) and partitioner
+    key = (ctx.task.tf_config_json, tuple(t.engine_id for t in job.tasks), repr(job.variable_partitioner))
+    if _CHIEF.get("key") != key:
+        _CHIEF.clear()
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=_partitioner(job))
+        _CHIEF.update(key=key, strategy=strategy, coordinator=tf.distribute.coordinator.ClusterCoordinator(strategy))
+    return _CHIEF["strategy"], _CHIEF["coordinator"]
+
+
+def _train(job, ctx, strategy, coordinator):
+    """The parameter-server loop, on the chief: functions of ``steps_per_execution`` steps
+    scheduled on whichever worker is free, at most two per worker in flight, results
+    collected in order; checkpoints and evaluations wait for every scheduled function."""
+    import tensorflow as tf
+
+    from workbench.common.job import UNROLL_MIN_STEPS
+    from workbench.engine import build, loop
+
+    t = loop.prepare(strategy, job, ctx)
+    pub, board, metrics, start = t.pub, t.board, t.metrics, t.start
+    worker_index = tf.distribute.coordinator.experimental_get_current_worker_index
+    fn = build.dataset_fn(job, start_step=0, worker_index=worker_index, num_workers=job.workers)
+    # each worker's own tf.data pipeline, given the input context distribute_datasets_from_function
+    # would give it (one pipeline per worker): through that wrapper the first step came later
+    # and the run's end waited seconds for its iterator's remote finalizer (bench/README.md)
+    context = tf.distribute.InputContext(1, 0, strategy.num_replicas_in_sync)
+    per_worker = coordinator.create_per_worker_dataset(lambda: fn(context))
+    iterator = iter(per_worker)
+    replica_step = loop.step_fn(t, build.loss(job), staleness=True)
+
+    looped = tf.function(loop.steps_fn(strategy, replica_step, outputs=3 + len(metrics)))
+    unrolled = tf.function(loop.steps_fn(strategy, replica_step, outputs=3 + len(metrics), unroll=True))
+
+    def timed(steps):
+        """The steps, with the worker's own clock read before and after them: step times are
+        timed where the work happens, not when the chief happens to collect results
+        (after a checkpoint's join it collects several of a worker's calls at once)."""
+        t0 = tf.timestamp()
+        with tf.control_dependencies([t0]):
+            out = steps()
+        with tf.control_dependencies(tf.nest.flatten(out)):
+            t1 = tf.timestamp()
+        return worker_index(), out, t0, t1
+
+    @tf.function
+    def run_looped(iterator, n):
+        return timed(lambda: looped(iterator, n))
+
+    @tf.function
+    def run_unrolled(iterator, n):
+        return timed(lambda: unrolled(iterator, n))
+
+    # Unrolled calls run faster but their trace and first call cost about a second: worth
+    # it for long runs (see UNROLL_MIN_STEPS); shorter runs stay looped.
+    unroll = job.steps - start >= UNROLL_MIN_STEPS
+
+    def schedule(n):
+        """Full-length calls of long runs unrolled (traced once, the fast kind); every other
+        call (the first step, pieces up to a checkpoint, the end, short runs) looped: one
+        trace for all lengths."""
+        if unroll and n == job.steps_per_execution and n > 1:
+            return coordinator.schedule(run_unrolled, args=(iterator, n))
+        return coordinator.schedule(run_looped, args=(iterator, tf.constant(n)))
+
+    inflight, done, scheduled, stopped = [], start, start, False
+    last_seen = {}
+    max_inflight = 2 * job.workers
+
+    retries = 0
+
+    def collect_one():
+        nonlocal done, retries
+        remote, n = inflight.pop(0)
+        try:
+            worker, (losses, hits, stale, *values), began, ended = remote.fetch()
+        except tf.errors.UnavailableError:
+            # the worker that ran these steps died before its results were read: they are
+            # lost with it, so run them again elsewhere (the model may count a few extra)
+            retries += 1
+            if retries > 10 * job.workers:
+                raise
+            inflight.append((schedule(n), n))
+            return
+        # from the end of this worker's previous call (a wait for a checkpoint or for the
+        # chief counts: a slow step, never an infinitely fast one), or from this call's start
+        since = max(float(ended) - last_seen.get(int(worker), float(began)), 1e-6)
+        last_seen[int(worker)] = float(ended)
+        for j, loss in enumerate(losses):
+            loop.check_loss(float(loss), done + j + 1, f"worker:{int(worker)}", job)
+            pub.add(step=done + j + 1, worker=f"worker:{int(worker)}", loss=float(loss),
+                    accuracy=float(hits[j]) / job.global_batch_size, step_time=since / n,
+                    examples_per_s=job.global_batch_size * n / since, replicas=1, staleness=int(stale[j]),
+                    **{name: float(v[j]) for (name, _, _), v in zip(metrics, values)})
+        done += n
+        board.scalars(done, loss=float(losses[-1]), **{name: float(v[-1]) for (name, _, _), v in zip(metrics, values)})
+        pub.flush()
+
+    while scheduled < job.steps and not stopped:
+        # the first call runs one step, reported before the unrolled function is traced:
+        # the first step comes as soon as it can
+        first = scheduled == start
+        n = min(1 if first else job.steps_per_execution, job.steps - scheduled,
+                loop.until_next(scheduled, job.checkpoint_every, job.eval_every))
+        inflight.append((schedule(n), n))
+        scheduled += n
+        while len(inflight) >= (1 if first else max_inflight):
+            collect_one()
+        at_boundary = scheduled % (job.checkpoint_every or 1 << 30) == 0 or scheduled % (job.eval_every or 1 << 30) == 0
+        if at_boundary and scheduled < job.steps:
+            coordinator.join()
+            while inflight:
+                collect_one()
+            if job.checkpoint_every and done % job.checkpoint_every == 0:
+                t.manager.save(checkpoint_number=done)
+                pub.event("checkpoint", step=done)
+            if job.eval_every and done % job.eval_every == 0:
+                loop.evaluate(t, done)
+        stopped = loop.stop_requested(job)
+    coordinator.join()
+    while inflight:
+        collect_one()
+    return loop.finish(t, done, stopped, model_steps=int(t.step.numpy()))
+
+
+def _partitioner(job):
+    import tensorflow as tf
+
+    p = job.variable_partitioner
+    if p is None:
+        return None
+    if isinstance(p, int):
+        return tf.distribute.experimental.partitioners.FixedShardsPartitioner(p)
+    kind, value = p
+    return tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=value, max_shards=job.ps)

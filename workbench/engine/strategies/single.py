@@ -11,10 +11,17 @@ SYNC_WORKERS = False
 DESCRIPTION = "one engine, one device (the default strategy): the baseline"
 
 
-def train(job, ctx):
+from typing import TYPE_CHECKING  # noqa: E402
+
+if TYPE_CHECKING:
+    from workbench.common.job import Job
+    from workbench.common.protocols import TaskContext, TaskResult
+
+
+def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
     import tensorflow as tf
 
-    from workbench.engine import loop, placement
+    from workbench.engine import placement, synchronous
 
     placement.split_cpu(job.devices)
-    return loop.train_synchronous(tf.distribute.get_strategy(), job, ctx)
+    return synchronous.train(tf.distribute.get_strategy(), job, ctx)

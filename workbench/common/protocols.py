@@ -1,0 +1,159 @@
+"""What crosses a process boundary between the kernel and the engines, typed.
+
+Engines return and publish plain dicts (they travel through ipyparallel and land in JSON
+lines files), so the shapes are ``TypedDict``s: they document and type-check the keys
+without changing what is sent. The engine-side task context, which stays in one process,
+is a dataclass. No TensorFlow here: the kernel, the CLI and the server extension import it.
+
+Who writes what:
+
+- ``inventory.report`` (engine -> kernel, once per engine): ``Inventory``;
+- ``entry.run_task`` (kernel -> engine, one per task of a run): builds a ``TaskContext``
+  and returns a ``TaskResult`` (a trainer) or a ``ServerResult`` (a PS-run server);
+- ``metrics.Publisher`` (engine -> kernel while a run trains, and ``metrics/<task>.jsonl``):
+  ``Published`` windows of ``StepRow``s and ``Event``s;
+- the kernel adds the events it observes itself (``worker_lost`` and the like).
+"""
+
+from dataclasses import dataclass
+from typing import Literal, NotRequired, TypedDict, Union
+
+from workbench.common.roles import Task
+
+
+class Inventory(TypedDict):
+    """What an engine reports about itself (``workbench.engine.inventory.report``)."""
+
+    host: str
+    address: str  # the address its peers on the controller's network reach
+    pid: int
+    port: int  # a free port reserved for its TF server
+    gpus: list[int]
+    cpus: int
+    tmp: str
+
+
+class StepRow(TypedDict):
+    """One training step of one worker, as the engines publish it.
+
+    A run's metrics (``metrics=["mae"]``) add one float column each, named as given; a
+    ``TypedDict`` cannot name them, so they are extra keys of the same row."""
+
+    step: int
+    worker: str  # the task name, "role:index" ("worker:1")
+    loss: float  # this worker's mean loss over its shard of the step
+    accuracy: float  # its correct predictions / its examples (0 when the run does not classify)
+    step_time: float  # seconds
+    examples_per_s: float
+    replicas: int
+    time: float  # time.time() when it was recorded
+    staleness: NotRequired[int]  # parameter-server steps: updates applied since this one read the step
+
+
+class TaskRow(TypedDict):
+    """One task of a placement event: where it runs."""
+
+    role: str
+    task: int
+    engine: int
+    host: str
+    pid: int
+    target: str  # "address:port" of its TF server, "" for local runs
+    devices: NotRequired[list[str]]  # its own logical devices
+
+
+class VariableRow(TypedDict):
+    """One variable (one shard of a sharded one) of a placement event."""
+
+    variable: str
+    shape: tuple[int, ...]
+    bytes: int
+    device: str  # "/job:ps/replica:0/task:0/device:CPU:0", "" when unknown
+    kind: Literal["model", "optimizer"]
+
+
+EventKind = Literal["placement", "checkpoint", "eval", "worker_lost", "worker_replaced", "worker_not_replaced"]
+
+
+class _Event(TypedDict):
+    time: float
+
+
+class PlacementEvent(_Event):
+    kind: Literal["placement"]
+    tasks: list[TaskRow]
+    variables: list[VariableRow]
+
+
+class CheckpointEvent(_Event):
+    kind: Literal["checkpoint"]
+    step: int
+    model_steps: NotRequired[int]  # parameter-server runs: the model's own step counter
+
+
+class EvalEvent(_Event):
+    """Evaluation on the chief: ``test_loss``, ``test_accuracy`` when the run classifies,
+    and ``test_<metric>`` for each of the run's metrics (extra keys)."""
+
+    kind: Literal["eval"]
+    step: int
+    test_loss: float
+    test_accuracy: NotRequired[float]
+
+
+class TaskEvent(_Event):
+    """What the kernel observed about a task of a run (not published by engines)."""
+
+    kind: Literal["worker_lost", "worker_replaced", "worker_not_replaced"]
+    task: str
+    step: int
+    engine: NotRequired[int]
+    error: NotRequired[str]
+
+
+Event = Union[PlacementEvent, CheckpointEvent, EvalEvent, TaskEvent]
+
+
+class Evaluation(TypedDict):
+    """An evaluation's result: an ``EvalEvent`` without ``kind`` and ``time``."""
+
+    step: int
+    test_loss: float
+    test_accuracy: NotRequired[float]
+
+
+class Published(TypedDict):
+    """One window of what an engine publishes while a run trains (``publish_data``): its
+    last rows and events. Each replaces the last; the kernel de-duplicates."""
+
+    rows: list[StepRow]
+    events: list[Event]
+
+
+class TaskResult(TypedDict):
+    """What a training task returns to the kernel when it ends."""
+
+    rows: list[StepRow]
+    events: list[Event]
+    final_step: int
+    stopped: bool  # it ended at an agreed stop, before its last step
+    evaluation: Evaluation | None  # the chief's final evaluation
+    weights: list | None  # the chief's model weights (numpy arrays)
+
+
+class ServerResult(TypedDict):
+    """What a parameter-server run's worker or PS task returns: its server is up."""
+
+    server: str  # its target, "grpc://address:port"
+    reused: bool  # the engine's server was already running for the same cluster
+    events: list[PlacementEvent]
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a task knows about itself on its engine, given to the strategy's ``train``."""
+
+    task: Task
+    name: str  # task.name, "role:index"
+    is_chief: bool  # the task that evaluates, writes TensorBoard and keeps the checkpoints
+    task_row: TaskRow  # its placement row, without devices

@@ -1,0 +1,87 @@
+"""The loop of the synchronous strategies (single, mirrored, multi-worker mirrored; parameter
+averaging drives ``lockstep`` with its own steps): every worker runs the same steps, chunks
+of them per ``tf.function`` call, and all take the same stop decision."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable
+
+from workbench.engine import build, loop
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from workbench.common.job import Job
+    from workbench.common.protocols import TaskContext, TaskResult
+    from workbench.engine.loop import Training
+
+
+def train(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> TaskResult:
+    """Train under a synchronous ``strategy``; every worker of a multi-worker run calls it."""
+    import tensorflow as tf
+
+    t = loop.prepare(strategy, job, ctx)
+    workers = job.workers if ctx.task.tf_config else 1  # MWMS: workers split the global batch
+    local = strategy.num_replicas_in_sync // workers
+    iterator = iter(strategy.distribute_datasets_from_function(build.dataset_fn(job, start_step=t.start)))
+    clip = build.aggregated_clipping(t.opt, strategy.num_replicas_in_sync)
+    replica_step = loop.step_fn(t, build.loss(job), clip=clip, local_replicas=local)
+    run_steps = tf.function(loop.steps_fn(strategy, replica_step, outputs=2 + len(t.metrics)))
+
+    def run_chunk(done, n):
+        return run_steps(iterator, tf.constant(n)).numpy()
+
+    # each replica's loss is averaged over the global batch: x workers is this worker's mean
+    done, stopped = lockstep(t, run_chunk, agreement(strategy), examples=job.global_batch_size / workers,
+                             loss_scale=workers, replicas=strategy.num_replicas_in_sync)
+    return loop.finish(t, done, stopped)
+
+
+def agreement(strategy: tf.distribute.Strategy) -> Callable[[int], tf.Tensor]:
+    """``agree(flag) -> sum over workers``: every worker must take the same stop decision,
+    or the others hang in the next collective."""
+    import tensorflow as tf
+
+    @tf.function
+    def agree(flag):
+        value = strategy.run(lambda: tf.constant(flag, tf.int32))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+
+    return agree
+
+
+def lockstep(t: Training, run_chunk: Callable, agree: Callable[[int], tf.Tensor], examples: float,
+             loss_scale: float = 1.0, replicas: int = 1, every: int = 0) -> tuple[int, bool]:
+    """Chunks of ``run_chunk(done, n) -> (losses, hits, *metric values)`` up to the next
+    checkpoint, evaluation, agreed stop check or multiple of ``every``; each step published
+    as this worker's shard of ``examples`` examples (its loss x ``loss_scale``). Returns
+    (steps done, stopped)."""
+    job, ctx, pub, board, metrics = t.job, t.ctx, t.pub, t.board, t.metrics
+    done = t.start
+    while done < job.steps:
+        n = min(job.steps_per_execution, job.steps - done,
+                loop.until_next(done, every, job.checkpoint_every, job.eval_every, job.stop_check_every))
+        t0 = time.perf_counter()
+        losses, hits, *values = run_chunk(done, n)
+        dt = time.perf_counter() - t0
+        for j, loss in enumerate(losses):
+            # this worker's shard: its mean loss and accuracy over its examples of the step
+            loop.check_loss(float(loss), done + j + 1, ctx.name, job)
+            pub.add(step=done + j + 1, worker=ctx.name, loss=float(loss) * loss_scale,
+                    accuracy=float(hits[j]) / examples, step_time=dt / n,
+                    examples_per_s=examples * n / dt, replicas=replicas,
+                    **{name: float(v[j]) for (name, _, _), v in zip(metrics, values)})
+        done += n
+        board.scalars(done, loss=float(losses[-1]) * loss_scale, examples_per_s=job.global_batch_size * n / dt,
+                      **{name: float(v[-1]) for (name, _, _), v in zip(metrics, values)})
+        pub.flush()
+        if job.checkpoint_every and done % job.checkpoint_every == 0 and done < job.steps:
+            t.manager.save(checkpoint_number=done)
+            pub.event("checkpoint", step=done)
+        if job.eval_every and done % job.eval_every == 0 and done < job.steps and ctx.is_chief:
+            loop.evaluate(t, done)
+        if done % job.stop_check_every == 0 or done >= job.steps:
+            if int(agree(int(loop.stop_requested(job)))):
+                return done, True
+    return done, False
