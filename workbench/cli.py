@@ -8,6 +8,7 @@ import re
 import sys
 import time
 
+from workbench.common import strategies
 from workbench.errors import WorkbenchError
 
 
@@ -15,8 +16,7 @@ def _parser():
     p = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.replace("``", "'"))
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="start a local cluster, train, print a summary, stop")
-    t.add_argument("--strategy", default="multi_worker_mirrored",
-                   help="multi_worker_mirrored | parameter_server | parameter_averaging | mirrored | single")
+    t.add_argument("--strategy", default="multi_worker_mirrored", help=" | ".join(strategies.SPECS))
     t.add_argument("--workers", type=int, default=2)
     t.add_argument("--ps", type=int, default=0)
     t.add_argument("--engines", type=int, default=None, help="engines to start (default: what the run needs)")
@@ -43,13 +43,11 @@ def _parser():
     return p
 
 
-def _engines_needed(args):
-    from workbench.common import validate
-    from workbench.engine import strategies
+def _engines_needed(strategy, workers, ps):
+    """Engines a run of ``strategy`` with ``workers`` and ``ps`` needs (checked already)."""
+    from workbench.common import strategies
 
-    adapter = strategies.get(validate.choice("--strategy", args.strategy, strategies.names()))
-    counts = {"chief": 1, "local": 1, "ps": args.ps, "worker": args.workers}
-    return sum(counts[r] for r in adapter.ROLES)
+    return strategies.spec(strategy).engines(workers, ps)
 
 
 def train(args, out=sys.stdout):
@@ -73,7 +71,7 @@ def train(args, out=sys.stdout):
     )
     model = wb.models.mlp(hidden, classes=data.classes)
     check(model, data, options)  # refuse bad arguments before any engine starts
-    engines = args.engines or _engines_needed(args)
+    engines = args.engines or _engines_needed(args.strategy, args.workers, args.ps)
     with _started(wb, engines, out) as cluster:
         run = cluster.train(model, data, **options)
         _follow(run, out, progress=not args.no_progress)
@@ -134,11 +132,7 @@ def resume(args, out=sys.stdout):
     job = run.job
     workers = args.workers if args.workers is not None else job.workers
     ps = args.ps if args.ps is not None else job.ps
-    from workbench.engine import strategies
-
-    adapter = strategies.get(job.strategy)
-    counts = {"chief": 1, "local": 1, "ps": ps, "worker": workers}
-    with _started(wb, sum(counts[r] for r in adapter.ROLES), out) as cluster:
+    with _started(wb, _engines_needed(job.strategy, workers, ps), out) as cluster:
         resumed = cluster.resume(run.id, steps=args.steps, workers=args.workers, ps=args.ps)
         _follow(resumed, out, progress=not args.no_progress)
         resumed.wait()

@@ -3,20 +3,10 @@ every engine of the run. Plain data: no TensorFlow."""
 
 from dataclasses import dataclass, field
 
-# Parameter-server runs at least this long unroll their steps: an unrolled call runs
-# faster than a loop but its trace and first call cost ~1.2 s here (1.0-2.1). Measured on
-# 2 cores, from train() to the last step, alternated: at 500 steps both took the same time
-# (medians: digits MLP 2.40 vs 2.31 s looped, wide MLP 7.13 vs 7.17 s), at 600 the wide
-# MLP finished 0.3-0.55 s sooner unrolled and the digits MLP not yet, at 1,000 the digits
-# MLP 0.25 s sooner.
-UNROLL_MIN_STEPS = 1000
+from workbench.common.strategies import spec
 
-
-def default_steps_per_execution(strategy, steps):
-    """Steps per ``tf.function`` call (per scheduled function under PS) when the user gives
-    none: 10, and 20 for parameter-server runs long enough to unroll (x1.1-1.35 steps/s over
-    10 unrolled steps, digits MLP, 2 workers; the longer trace pays back over such runs)."""
-    return 20 if strategy == "parameter_server" and steps >= UNROLL_MIN_STEPS else 10
+# engine/loop.py's parameter-server loop unrolls runs at least this long (the spec owns it)
+UNROLL_MIN_STEPS = spec("parameter_server").unroll_min_steps
 
 
 @dataclass

@@ -15,6 +15,7 @@ def run_task(payload, task):
 
     import cloudpickle
 
+    from workbench.common.strategies import spec
     from workbench.engine import start, strategies
 
     # the job may hold Keras classes (an optimizer's, a metric's): unpickling them imports
@@ -29,7 +30,7 @@ def run_task(payload, task):
     else:
         os.environ.pop("TF_CONFIG", None)
     name = task.name
-    chief_role = "chief" if "chief" in strategies.get(job.strategy).ROLES else None
+    chief_role = spec(job.strategy).chief_role
     is_chief = task.role == chief_role if chief_role else task.index == 0
     ctx = {
         "task": task,
@@ -40,7 +41,7 @@ def run_task(payload, task):
     }
     before = set(_gradient_registry())
     try:
-        return strategies.get(job.strategy).train(job, ctx)
+        return strategies.adapter(job.strategy).train(job, ctx)
     finally:
         registry = _gradient_registry()
         for key in set(registry) - before:

@@ -7,13 +7,13 @@ combined batch; less frequent averaging, or a non-linear optimizer such as Adam,
 Only parameters are averaged; each worker keeps its own optimizer state.
 """
 
-ROLES = ("worker",)
-MULTI_ENGINE = True
-SYNC_WORKERS = True
-DESCRIPTION = "synchronous parameter averaging every k steps across worker engines (Deeplearning4j)"
+from workbench.common.job import Job
+from workbench.common.strategies import spec
+
+SPEC = spec("parameter_averaging")
 
 
-def train(job, ctx):
+def train(job: Job, ctx: dict) -> dict:
     import dataclasses
 
     import tensorflow as tf

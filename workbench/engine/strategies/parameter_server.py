@@ -4,13 +4,13 @@ Worker and PS engines run a ``tf.distribute.Server`` kept alive in the engine pr
 the chief engine runs the ``ClusterCoordinator`` and the training loop.
 """
 
-ROLES = ("chief", "ps", "worker")
-MULTI_ENGINE = True
-SYNC_WORKERS = False
-DESCRIPTION = "asynchronous training with variables on PS tasks (ParameterServerStrategy)"
+from workbench.common.job import Job
+from workbench.common.strategies import spec
+
+SPEC = spec("parameter_server")
 
 
-def train(job, ctx):
+def train(job: Job, ctx: dict) -> dict:
     import time
 
     if ctx["task"].role in ("ps", "worker"):

@@ -5,13 +5,13 @@ its layers on (model parallelism, e.g. ``wb.models.split_mlp``); training still 
 one process with no strategy.
 """
 
-ROLES = ("local",)
-MULTI_ENGINE = False
-SYNC_WORKERS = False
-DESCRIPTION = "one engine, one device (the default strategy): the baseline"
+from workbench.common.job import Job
+from workbench.common.strategies import spec
+
+SPEC = spec("single")
 
 
-def train(job, ctx):
+def train(job: Job, ctx: dict) -> dict:
     import tensorflow as tf
 
     from workbench.engine import loop, placement
