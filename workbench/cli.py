@@ -8,28 +8,22 @@ import re
 import sys
 import time
 
-from workbench.common import strategies
+from workbench.common import options, validate
 from workbench.errors import WorkbenchError
 
 
 def _parser():
     p = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.replace("``", "'"))
     sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="start a local cluster, train, print a summary, stop")
-    t.add_argument("--strategy", default="multi_worker_mirrored", help=" | ".join(strategies.SPECS))
-    t.add_argument("--workers", type=int, default=2)
-    t.add_argument("--ps", type=int, default=0)
+    t = sub.add_parser("train", help="start a local cluster, train, print a summary, stop",
+                       description="Cluster.train's options, on a local cluster of its own.")
+    for o in options.TRAINING:  # Cluster.train's options, from their one declaration
+        if o.cli:
+            shown = "" if o.default is None else f" (default: {o.default})"
+            t.add_argument(o.flag, type=o.type, default=o.default, help=o.help + shown)
     t.add_argument("--engines", type=int, default=None, help="engines to start (default: what the run needs)")
-    t.add_argument("--steps", type=int, default=300)
-    t.add_argument("--global-batch-size", type=int, default=256)
-    t.add_argument("--learning-rate", type=float, default=0.1)
-    t.add_argument("--optimizer", default="sgd")
     t.add_argument("--data", default="digits", help="digits | synthetic")
     t.add_argument("--hidden", default="64,32", help="hidden layer widths, comma-separated")
-    t.add_argument("--steps-per-execution", type=int, default=None)
-    t.add_argument("--checkpoint-every", type=int, default=100)
-    t.add_argument("--average-every", type=int, default=None, help="parameter_averaging: steps between averages")
-    t.add_argument("--seed", type=int, default=0)
     t.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     sub.add_parser("runs", help="list the runs recorded under the workbench home, newest first")
     s = sub.add_parser("show", help="one recorded run: status, steps, loss, evaluation, events, checkpoint")
@@ -63,17 +57,12 @@ def train(args, out=sys.stdout):
         raise wb.ConfigError(f"Invalid value for argument '--hidden'. Received: --hidden={args.hidden!r}. "
                              "Expected comma-separated ints, for example 64,32.") from None
     data = data()
-    options = dict(
-        strategy=args.strategy, workers=args.workers, ps=args.ps, steps=args.steps,
-        global_batch_size=args.global_batch_size, learning_rate=args.learning_rate,
-        optimizer=args.optimizer, steps_per_execution=args.steps_per_execution,
-        checkpoint_every=args.checkpoint_every, seed=args.seed, average_every=args.average_every,
-    )
+    given = {o.name: getattr(args, o.name) for o in options.TRAINING if o.cli}
     model = wb.models.mlp(hidden, classes=data.classes)
-    check(model, data, options)  # refuse bad arguments before any engine starts
+    check(model, data, given)  # refuse bad arguments before any engine starts
     engines = args.engines or _engines_needed(args.strategy, args.workers, args.ps)
     with _started(wb, engines, out) as cluster:
-        run = cluster.train(model, data, **options)
+        run = cluster.train(model, data, **given)
         _follow(run, out, progress=not args.no_progress)
         run.wait()
         print(summary(run), file=out)
@@ -140,12 +129,15 @@ def resume(args, out=sys.stdout):
     return resumed
 
 
-def check(model, data, options):
+def check(model, data, given):
+    """Refuse bad training options as ``Cluster.train`` would, before any engine starts."""
     from workbench.kernel.train import make_job
 
-    defaults = dict(loss="sparse_categorical_crossentropy", momentum=0.0, eval_every=0,
-                    variable_partitioner=None, devices=0)
-    make_job(None, model=model, data=data, **defaults, **options)
+    job_options = {name: value for name, value in given.items() if options.BY_NAME[name].job}
+    make_job(None, model=model, data=data, **job_options)
+    for name in ("stall_timeout", "start_timeout"):  # checked by Cluster.train too, once engines are up
+        if name in given:
+            validate.positive_float(name, given[name])
 
 
 def _say(out, text):

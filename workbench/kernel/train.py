@@ -6,19 +6,28 @@ running yet (the CLI checks its arguments before starting one).
 
 import time
 import uuid
+from collections.abc import Callable
 
 import numpy as np
 
 from workbench.common import strategies, validate
 from workbench.common.job import Job
+from workbench.common.options import complete
 from workbench.datasets import Data
 from workbench.errors import invalid
 from workbench.kernel import home, keras_args
 
 
-def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum, strategy, workers,
-             ps, global_batch_size, steps, seed, steps_per_execution, checkpoint_every, eval_every,
-             variable_partitioner, devices, average_every=None, metrics=None, eval_data=None, run_dir=None):
+def make_job(available: int | None, *, model: Callable, data: object, run_dir: str | None = None,
+             **options: object) -> Job:
+    """The checked ``Job`` of a run: ``options`` are the Job options of ``Cluster.train``
+    (``workbench.common.options``); those left out take their declared defaults."""
+    return _make_job(available, model=model, data=data, run_dir=run_dir, **complete(options))
+
+
+def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate, momentum, strategy, workers,
+              ps, global_batch_size, steps, seed, steps_per_execution, checkpoint_every, eval_every,
+              variable_partitioner, devices, average_every, metrics, eval_data):
     strategy = validate.choice("strategy", strategy, strategies.names())
     spec = strategies.spec(strategy)
     validate.topology(spec, workers, ps, available=available)
