@@ -7,12 +7,17 @@ import argparse
 import re
 import sys
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
 
 from workbench.common import options, validate
 from workbench.errors import WorkbenchError
 
+if TYPE_CHECKING:
+    from workbench.kernel.run import Run
 
-def _parser():
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.replace("``", "'"))
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="start a local cluster, train, print a summary, stop",
@@ -37,14 +42,14 @@ def _parser():
     return p
 
 
-def _engines_needed(strategy, workers, ps):
+def _engines_needed(strategy: str, workers: int, ps: int) -> int:
     """Engines a run of ``strategy`` with ``workers`` and ``ps`` needs (checked already)."""
     from workbench.common import strategies
 
     return strategies.spec(strategy).engines(workers, ps)
 
 
-def train(args, out=sys.stdout):
+def train(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
     import workbench as wb
 
     data = {"digits": wb.datasets.digits, "synthetic": wb.datasets.synthetic}.get(args.data)
@@ -69,7 +74,7 @@ def train(args, out=sys.stdout):
     return run
 
 
-def list_runs(out=sys.stdout):
+def list_runs(out: TextIO = sys.stdout) -> None:
     import pandas as pd
 
     import workbench as wb
@@ -84,7 +89,7 @@ def list_runs(out=sys.stdout):
     print(table.to_string(index=False), file=out)
 
 
-def show(args, out=sys.stdout):
+def show(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
     import workbench as wb
 
     run = wb.load(args.run)
@@ -92,7 +97,7 @@ def show(args, out=sys.stdout):
     return run
 
 
-def describe(run):
+def describe(run: "Run") -> str:
     """A recorded run in a few lines: what it is, where it got, how it ended."""
     h = run.history
     job = run.job
@@ -114,7 +119,7 @@ def describe(run):
     return "\n".join(lines)
 
 
-def resume(args, out=sys.stdout):
+def resume(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
     import workbench as wb
 
     run = wb.load(args.run)
@@ -129,7 +134,7 @@ def resume(args, out=sys.stdout):
     return resumed
 
 
-def check(model, data, given):
+def check(model: Callable, data: object, given: dict[str, object]) -> None:
     """Refuse bad training options as ``Cluster.train`` would, before any engine starts."""
     from workbench.kernel.train import make_job
 
@@ -176,7 +181,7 @@ def _follow(run, out, progress):
         bar.update(max(run.step - bar.n, 0))
 
 
-def summary(run):
+def summary(run: "Run") -> str:
     """The run in a few lines; steps/s, examples/s and wall time are ``wb.compare``'s own
     figures for the run (one definition: ``compare.summary``)."""
     from workbench.kernel import compare
@@ -200,7 +205,7 @@ def summary(run):
     return "\n".join(lines)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     command = {"train": train, "runs": lambda a: list_runs(), "show": show, "resume": resume}[args.command]
     try:
