@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from workbench.common import options
 from workbench.engine import build
 from workbench.kernel.train import make_job
 
@@ -17,10 +18,8 @@ N = 100
 def job(global_batch_size=8, **kw):
     data = wb.datasets.from_numpy(np.arange(N, dtype="float32").reshape(N, 1), np.arange(N),
                                   x_test=np.zeros((1, 1)), y_test=np.zeros(1, "int32"))
-    args = dict(model=wb.models.mlp(), data=data, loss="sparse_categorical_crossentropy", optimizer="sgd",
-                learning_rate=0.1, momentum=0.0, strategy="multi_worker_mirrored", workers=2, ps=0,
-                global_batch_size=global_batch_size, steps=10, seed=7, steps_per_execution=None,
-                checkpoint_every=0, eval_every=0, variable_partitioner=None, devices=0)
+    args = dict(options.defaults(job_only=True), model=wb.models.mlp(), data=data, learning_rate=0.1,
+                global_batch_size=global_batch_size, steps=10, seed=7, checkpoint_every=0)
     args.update(kw)
     return make_job(None, **args)
 

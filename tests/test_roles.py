@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from workbench.common import roles
-from workbench.engine import strategies
+from workbench.common import roles, strategies
 
 
 def engines_on(layout, gpus_per_host=0):
@@ -22,8 +21,8 @@ def engines_on(layout, gpus_per_host=0):
 
 
 def plan(engines, strategy, workers, ps=0):
-    a = strategies.get(strategy)
-    return roles.plan(engines, a.ROLES, workers, ps, a.MULTI_ENGINE)
+    a = strategies.spec(strategy)
+    return roles.plan(engines, a.roles, workers, ps, a.multi_engine)
 
 
 def test_two_hosts_four_gpus_each_pin_one_gpu_per_engine():
@@ -94,13 +93,13 @@ def test_best_plan_prefers_engines_that_already_hold_the_right_state():
     engines = engines_on({"a": 4})
     first = plan(engines[2:], "multi_worker_mirrored", workers=2)  # a run on engines 2, 3
     state = {t.engine_id: roles.fingerprint(t) for t in first}
-    a = strategies.get("multi_worker_mirrored")
-    again = roles.best_plan(engines, state, [2, 3], a.ROLES, 2, 0, a.MULTI_ENGINE)
+    a = strategies.spec("multi_worker_mirrored")
+    again = roles.best_plan(engines, state, [2, 3], a.roles, 2, 0, a.multi_engine)
     assert [t.engine_id for t in again] == [2, 3]
     assert roles.engines_to_recycle(again, state) == []
     # a local run goes to a fresh engine rather than restarting one
-    s = strategies.get("single")
-    local = roles.best_plan(engines, state, None, s.ROLES, 1, 0, s.MULTI_ENGINE)
+    s = strategies.spec("single")
+    local = roles.best_plan(engines, state, None, s.roles, 1, 0, s.multi_engine)
     assert local[0].engine_id == 0 and roles.engines_to_recycle(local, state) == []
 
 

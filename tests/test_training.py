@@ -166,7 +166,9 @@ def test_unrolled_parameter_server_steps_are_the_looped_steps(cluster):
     """Runs of UNROLL_MIN_STEPS or more write their calls' steps out in chunks of inner
     functions (7 steps per call: a chunk of 5, then 2); shorter runs loop. With one worker
     the updates come in a fixed order, so both must train the same steps on the same data."""
-    from workbench.common.job import UNROLL_MIN_STEPS
+    from workbench.common.strategies import spec
+
+    UNROLL_MIN_STEPS = spec("parameter_server").unroll_min_steps
 
     args = dict(strategy="parameter_server", workers=1, ps=1, global_batch_size=64, steps_per_execution=7,
                 checkpoint_every=0, seed=3)

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from workbench.common import options
 from workbench.kernel.train import make_job
 
 
-GOOD = dict(model=wb.models.mlp(), data=wb.datasets.digits(), loss="sparse_categorical_crossentropy",
-            optimizer="sgd", learning_rate=0.1, momentum=0.0, strategy="multi_worker_mirrored", workers=2,
-            ps=0, global_batch_size=64, steps=10, seed=0, steps_per_execution=None, checkpoint_every=0,
-            eval_every=0, variable_partitioner=None, devices=0)
+# Cluster.train's defaults (one declaration: workbench.common.options), a smaller run
+GOOD = dict(options.defaults(job_only=True), model=wb.models.mlp(), data=wb.datasets.digits(), learning_rate=0.1,
+            global_batch_size=64, steps=10, checkpoint_every=0)
 
 BAD_TRAIN = [
     ({"strategy": "paramter_server"}, "strategy", "Did you mean 'parameter_server'"),

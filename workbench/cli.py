@@ -7,29 +7,28 @@ import argparse
 import re
 import sys
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
 
+from workbench.common import options, validate
 from workbench.errors import WorkbenchError
 
+if TYPE_CHECKING:
+    from workbench.kernel.run import Run
 
-def _parser():
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.replace("``", "'"))
     sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="start a local cluster, train, print a summary, stop")
-    t.add_argument("--strategy", default="multi_worker_mirrored",
-                   help="multi_worker_mirrored | parameter_server | parameter_averaging | mirrored | single")
-    t.add_argument("--workers", type=int, default=2)
-    t.add_argument("--ps", type=int, default=0)
+    t = sub.add_parser("train", help="start a local cluster, train, print a summary, stop",
+                       description="Cluster.train's options, on a local cluster of its own.")
+    for o in options.TRAINING:  # Cluster.train's options, from their one declaration
+        if o.cli:
+            shown = "" if o.default is None else f" (default: {o.default})"
+            t.add_argument(o.flag, type=o.type, default=o.default, help=o.help + shown)
     t.add_argument("--engines", type=int, default=None, help="engines to start (default: what the run needs)")
-    t.add_argument("--steps", type=int, default=300)
-    t.add_argument("--global-batch-size", type=int, default=256)
-    t.add_argument("--learning-rate", type=float, default=0.1)
-    t.add_argument("--optimizer", default="sgd")
     t.add_argument("--data", default="digits", help="digits | synthetic")
     t.add_argument("--hidden", default="64,32", help="hidden layer widths, comma-separated")
-    t.add_argument("--steps-per-execution", type=int, default=None)
-    t.add_argument("--checkpoint-every", type=int, default=100)
-    t.add_argument("--average-every", type=int, default=None, help="parameter_averaging: steps between averages")
-    t.add_argument("--seed", type=int, default=0)
     t.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     sub.add_parser("runs", help="list the runs recorded under the workbench home, newest first")
     s = sub.add_parser("show", help="one recorded run: status, steps, loss, evaluation, events, checkpoint")
@@ -43,16 +42,14 @@ def _parser():
     return p
 
 
-def _engines_needed(args):
-    from workbench.common import validate
-    from workbench.engine import strategies
+def _engines_needed(strategy: str, workers: int, ps: int) -> int:
+    """Engines a run of ``strategy`` with ``workers`` and ``ps`` needs (checked already)."""
+    from workbench.common import strategies
 
-    adapter = strategies.get(validate.choice("--strategy", args.strategy, strategies.names()))
-    counts = {"chief": 1, "local": 1, "ps": args.ps, "worker": args.workers}
-    return sum(counts[r] for r in adapter.ROLES)
+    return strategies.spec(strategy).engines(workers, ps)
 
 
-def train(args, out=sys.stdout):
+def train(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
     import workbench as wb
 
     data = {"digits": wb.datasets.digits, "synthetic": wb.datasets.synthetic}.get(args.data)
@@ -65,24 +62,19 @@ def train(args, out=sys.stdout):
         raise wb.ConfigError(f"Invalid value for argument '--hidden'. Received: --hidden={args.hidden!r}. "
                              "Expected comma-separated ints, for example 64,32.") from None
     data = data()
-    options = dict(
-        strategy=args.strategy, workers=args.workers, ps=args.ps, steps=args.steps,
-        global_batch_size=args.global_batch_size, learning_rate=args.learning_rate,
-        optimizer=args.optimizer, steps_per_execution=args.steps_per_execution,
-        checkpoint_every=args.checkpoint_every, seed=args.seed, average_every=args.average_every,
-    )
+    given = {o.name: getattr(args, o.name) for o in options.TRAINING if o.cli}
     model = wb.models.mlp(hidden, classes=data.classes)
-    check(model, data, options)  # refuse bad arguments before any engine starts
-    engines = args.engines or _engines_needed(args)
+    check(model, data, given)  # refuse bad arguments before any engine starts
+    engines = args.engines or _engines_needed(args.strategy, args.workers, args.ps)
     with _started(wb, engines, out) as cluster:
-        run = cluster.train(model, data, **options)
+        run = cluster.train(model, data, **given)
         _follow(run, out, progress=not args.no_progress)
         run.wait()
         print(summary(run), file=out)
     return run
 
 
-def list_runs(out=sys.stdout):
+def list_runs(out: TextIO = sys.stdout) -> None:
     import pandas as pd
 
     import workbench as wb
@@ -97,7 +89,7 @@ def list_runs(out=sys.stdout):
     print(table.to_string(index=False), file=out)
 
 
-def show(args, out=sys.stdout):
+def show(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
     import workbench as wb
 
     run = wb.load(args.run)
@@ -105,7 +97,7 @@ def show(args, out=sys.stdout):
     return run
 
 
-def describe(run):
+def describe(run: "Run") -> str:
     """A recorded run in a few lines: what it is, where it got, how it ended."""
     h = run.history
     job = run.job
@@ -127,18 +119,14 @@ def describe(run):
     return "\n".join(lines)
 
 
-def resume(args, out=sys.stdout):
+def resume(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
     import workbench as wb
 
     run = wb.load(args.run)
     job = run.job
     workers = args.workers if args.workers is not None else job.workers
     ps = args.ps if args.ps is not None else job.ps
-    from workbench.engine import strategies
-
-    adapter = strategies.get(job.strategy)
-    counts = {"chief": 1, "local": 1, "ps": ps, "worker": workers}
-    with _started(wb, sum(counts[r] for r in adapter.ROLES), out) as cluster:
+    with _started(wb, _engines_needed(job.strategy, workers, ps), out) as cluster:
         resumed = cluster.resume(run.id, steps=args.steps, workers=args.workers, ps=args.ps)
         _follow(resumed, out, progress=not args.no_progress)
         resumed.wait()
@@ -146,12 +134,15 @@ def resume(args, out=sys.stdout):
     return resumed
 
 
-def check(model, data, options):
+def check(model: Callable, data: object, given: dict[str, object]) -> None:
+    """Refuse bad training options as ``Cluster.train`` would, before any engine starts."""
     from workbench.kernel.train import make_job
 
-    defaults = dict(loss="sparse_categorical_crossentropy", momentum=0.0, eval_every=0,
-                    variable_partitioner=None, devices=0)
-    make_job(None, model=model, data=data, **defaults, **options)
+    job_options = {name: value for name, value in given.items() if options.BY_NAME[name].job}
+    make_job(None, model=model, data=data, **job_options)
+    for name in ("stall_timeout", "start_timeout"):  # checked by Cluster.train too, once engines are up
+        if name in given:
+            validate.positive_float(name, given[name])
 
 
 def _say(out, text):
@@ -190,7 +181,7 @@ def _follow(run, out, progress):
         bar.update(max(run.step - bar.n, 0))
 
 
-def summary(run):
+def summary(run: "Run") -> str:
     """The run in a few lines; steps/s, examples/s and wall time are ``wb.compare``'s own
     figures for the run (one definition: ``compare.summary``)."""
     from workbench.kernel import compare
@@ -214,7 +205,7 @@ def summary(run):
     return "\n".join(lines)
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     command = {"train": train, "runs": lambda a: list_runs(), "show": show, "resume": resume}[args.command]
     try:

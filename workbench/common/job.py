@@ -3,18 +3,6 @@ every engine of the run. Plain data: no TensorFlow."""
 
 from dataclasses import dataclass, field
 
-# Parameter-server runs at least this long unroll their steps: an unrolled call runs
-# faster than a loop but its trace and first call cost about a second, which runs this
-# long pay back (bench/README.md has the measurements).
-UNROLL_MIN_STEPS = 1000
-
-
-def default_steps_per_execution(strategy, steps):
-    """Steps per ``tf.function`` call (per scheduled function under PS) when the user gives
-    none: 10, and 20 for parameter-server runs long enough to unroll (faster than 10
-    unrolled steps; the longer trace pays back over such runs: bench/README.md)."""
-    return 20 if strategy == "parameter_server" and steps >= UNROLL_MIN_STEPS else 10
-
 
 @dataclass
 class Job:

@@ -7,6 +7,8 @@ inventory the engines sent back; tests call them with made-up multi-host layouts
 import json
 from dataclasses import dataclass, field
 
+from workbench.common.strategies import role_counts
+
 
 @dataclass(frozen=True)
 class EngineInfo:
@@ -83,11 +85,10 @@ def assign(engines, roles, workers, ps):
     round-robin over hosts when there are several, so that tasks of one kind do not pile
     onto one machine.
     """
-    counts = {"chief": 1, "local": 1, "ps": ps, "worker": workers}
     pool = _interleave_hosts(engines)
     out = []
-    for role in roles:
-        for index in range(counts[role]):
+    for role, count in role_counts(roles, workers, ps).items():
+        for index in range(count):
             out.append((pool[len(out)], role, index))
     return out
 
@@ -109,7 +110,7 @@ def plan(engines, roles, workers, ps, multi_engine, devices=0):
     """Tasks of one run: roles, task indices, and each task's TF_CONFIG.
 
     ``engines`` are used in the order given. ``roles`` and ``multi_engine`` come from the
-    strategy adapter. Local strategies get one "local" task and no TF_CONFIG.
+    strategy's spec (``workbench.common.strategies``). Local strategies get one "local" task and no TF_CONFIG.
     """
     picked = assign(engines, roles, workers, ps)
     if not multi_engine:

@@ -21,6 +21,8 @@ def model(job: Job) -> Any:
     """The user's model (a keras.Model, built when the data says its input shape, or a tf.Module)."""
     import tensorflow as tf
 
+    from workbench.common.strategies import spec
+
     m = job.model()
     if not isinstance(m, tf.Module) and not keras_model(m):
         raise TypeError(
@@ -29,7 +31,7 @@ def model(job: Job) -> Any:
         )
     if keras_model(m) and not m.built and hasattr(job.data, "input_shape"):
         m.build((None,) + tuple(job.data.input_shape))
-    if keras_model(m) and job.variable_partitioner is not None and job.strategy == "parameter_server":
+    if keras_model(m) and job.variable_partitioner is not None and spec(job.strategy).shards_variables:
         raise TypeError(
             "Invalid value for argument 'variable_partitioner'. Received a Keras 3 model with "
             f"variable_partitioner={job.variable_partitioner!r}. Expected a tf.Module model "

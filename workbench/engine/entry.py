@@ -25,6 +25,7 @@ def run_task(payload: bytes, task: Task) -> Union[TaskResult, ServerResult]:
 
     import cloudpickle
 
+    from workbench.common.strategies import spec
     from workbench.engine import start, strategies
 
     # the job may hold Keras classes (an optimizer's, a metric's): unpickling them imports
@@ -39,14 +40,14 @@ def run_task(payload: bytes, task: Task) -> Union[TaskResult, ServerResult]:
     else:
         os.environ.pop("TF_CONFIG", None)
     name = task.name
-    chief_role = "chief" if "chief" in strategies.get(job.strategy).ROLES else None
+    chief_role = spec(job.strategy).chief_role
     is_chief = task.role == chief_role if chief_role else task.index == 0
     row: TaskRow = {"role": task.role, "task": task.index, "engine": task.engine_id,
                     "host": socket.gethostname(), "pid": os.getpid(), "target": task.target}
     ctx = TaskContext(task=task, name=name, is_chief=is_chief, task_row=row)
     before = set(_gradient_registry())
     try:
-        return strategies.get(job.strategy).train(job, ctx)
+        return strategies.adapter(job.strategy).train(job, ctx)
     finally:
         registry = _gradient_registry()
         for key in set(registry) - before:

@@ -8,8 +8,8 @@ from pathlib import Path
 import cloudpickle
 
 from workbench import records
-from workbench.common import roles
-from workbench.engine import entry, strategies
+from workbench.common import roles, strategies
+from workbench.engine import entry
 from workbench.errors import EngineError
 from workbench.kernel.run import Run
 
@@ -17,12 +17,12 @@ from workbench.kernel.run import Run
 def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_timeout=180.0):
     """Start ``job`` on ``cluster``'s engines and return its ``Run`` (``resume``: continue
     from the run directory's last checkpoint, up to ``steps``)."""
-    adapter = strategies.get(job.strategy)
+    spec = strategies.spec(job.strategy)
     # strategies with the same roles (MWMS and parameter averaging; single and mirrored)
     # leave the same TF state: one may reuse the engines the other left
-    topology = (adapter.ROLES, job.workers, job.ps, job.devices)
+    topology = (spec.roles, job.workers, job.ps, job.devices)
     tasks = roles.best_plan(list(cluster._info.values()), cluster._state, cluster._last_engines.get(topology),
-                            adapter.ROLES, job.workers, job.ps, adapter.MULTI_ENGINE, devices=job.devices)
+                            spec.roles, job.workers, job.ps, spec.multi_engine, devices=job.devices)
     tasks = cluster.prepare(tasks)
     cluster._last_engines[topology] = [t.engine_id for t in tasks]
     if resume:
@@ -47,7 +47,7 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
     _write_record(cluster, job, tasks)
     cluster.mark(tasks)
     results = {}
-    servers = [t for t in tasks if job.strategy == "parameter_server" and t.role != "chief"]
+    servers = [t for t in tasks if spec.servers and t.role != spec.chief_role]
     for t in servers:  # PS and worker servers first: the coordinator connects to them
         results[t.name] = cluster.client[t.engine_id].apply_async(entry.run_task, payload, t)
     for t in servers:

@@ -255,8 +255,7 @@ def resume(cluster, run, steps=None, workers=None, ps=None, stall_timeout=60.0, 
     """``Cluster.resume``: continue a recorded run on ``cluster`` from its last checkpoint."""
     from dataclasses import replace
 
-    from workbench.common import validate
-    from workbench.engine import strategies
+    from workbench.common import strategies, validate
 
     if isinstance(run, Run) and not isinstance(run, RecordedRun) and run.cluster is cluster:
         return run.resume(steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
@@ -274,28 +273,27 @@ def resume(cluster, run, steps=None, workers=None, ps=None, stall_timeout=60.0, 
     if steps < saved:
         raise invalid("steps", steps, f"at least {saved}, the step of the run's last checkpoint")
     job = _retopology(job, workers, ps)
-    adapter = strategies.get(job.strategy)
-    validate.topology(job.strategy, job.workers, job.ps, adapter, available=len(cluster._info))
+    validate.topology(strategies.spec(job.strategy), job.workers, job.ps, available=len(cluster._info))
     stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
     start_timeout = validate.positive_float("start_timeout", start_timeout)
     job = replace(job, run_dir=str(run_dir))  # where it is now (a home may have moved)
     return cluster._launch(job, resume=True, steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
 
 
-# what a resume may change: the number of synchronous workers (the model's variables are
-# mirrored, saved once), or of asynchronous workers and parameter servers (unsharded
-# variables are restored wherever they are placed). The strategy, the model, the data and
-# the global batch stay: they define the run.
-_ELASTIC = {"multi_worker_mirrored": ("workers",), "parameter_server": ("workers", "ps")}
-
-
 def _retopology(job, workers, ps):
+    """What a resume may change is its spec's ``elastic``: the number of synchronous workers
+    (the model's variables are mirrored, saved once), or of asynchronous workers and
+    parameter servers (unsharded variables are restored wherever they are placed). The
+    strategy, the model, the data and the global batch stay: they define the run."""
     from dataclasses import replace
+
+    from workbench.common import strategies
 
     changes = {k: v for k, v in (("workers", workers), ("ps", ps)) if v is not None and v != getattr(job, k)}
     if not changes:
         return job
-    allowed = _ELASTIC.get(job.strategy, ())
+    spec = strategies.spec(job.strategy)
+    allowed = spec.elastic
     for name, value in changes.items():
         if name not in allowed:
             raise invalid(name, value, f"{getattr(job, name)}, as the run had: a {job.strategy!r} run resumes "
@@ -304,7 +302,7 @@ def _retopology(job, workers, ps):
     if job.variable_partitioner is not None and "ps" in changes:
         raise invalid("ps", changes["ps"], f"{job.ps}, as the run had: its variables are sharded over its PS tasks")
     workers = changes.get("workers", job.workers)
-    if job.strategy == "multi_worker_mirrored" and job.global_batch_size % workers:
+    if job.global_batch_size % spec.replicas(workers, job.devices):
         raise invalid("workers", workers, f"a divisor of the run's global batch of {job.global_batch_size}, "
                       "so every replica gets the same batch")
     return replace(job, **changes)

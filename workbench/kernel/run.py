@@ -49,13 +49,13 @@ class Run:
         self._done = threading.Event()
         self._dashboard = None
         self._tail = None  # re-attached runs: reads the metrics files (rows published before)
-        from workbench.engine import strategies
+        from workbench.common import strategies
         from workbench.kernel.recovery import EngineWatch
 
-        adapter = strategies.get(job.strategy)
-        self._sync = adapter.SYNC_WORKERS  # lockstep workers: a lost one can hang the others
+        spec = strategies.spec(job.strategy)
+        self._sync = spec.synchronous  # lockstep workers: a lost one can hang the others
         # asynchronous runs outlive a lost worker: the workbench brings a replacement up
-        self._engines = EngineWatch(self, replace_workers="ps" in adapter.ROLES)
+        self._engines = EngineWatch(self, replace_workers=spec.has_ps)
         self._thread = threading.Thread(target=self._watch, name=f"workbench-run-{job.run_id}", daemon=True)
         self._thread.start()
 

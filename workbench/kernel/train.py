@@ -6,23 +6,31 @@ running yet (the CLI checks its arguments before starting one).
 
 import time
 import uuid
+from collections.abc import Callable
 
 import numpy as np
 
-from workbench.common import validate
-from workbench.common.job import Job, default_steps_per_execution
+from workbench.common import strategies, validate
+from workbench.common.job import Job
+from workbench.common.options import complete
 from workbench.datasets import Data
-from workbench.engine import strategies
 from workbench.errors import invalid
 from workbench.kernel import home, keras_args
 
 
-def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum, strategy, workers,
-             ps, global_batch_size, steps, seed, steps_per_execution, checkpoint_every, eval_every,
-             variable_partitioner, devices, average_every=None, metrics=None, eval_data=None, run_dir=None):
+def make_job(available: int | None, *, model: Callable, data: object, run_dir: str | None = None,
+             **options: object) -> Job:
+    """The checked ``Job`` of a run: ``options`` are the Job options of ``Cluster.train``
+    (``workbench.common.options``); those left out take their declared defaults."""
+    return _make_job(available, model=model, data=data, run_dir=run_dir, **complete(options))
+
+
+def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate, momentum, strategy, workers,
+              ps, global_batch_size, steps, seed, steps_per_execution, checkpoint_every, eval_every,
+              variable_partitioner, devices, average_every, metrics, eval_data):
     strategy = validate.choice("strategy", strategy, strategies.names())
-    adapter = strategies.get(strategy)
-    validate.topology(strategy, workers, ps, adapter, available=available)
+    spec = strategies.spec(strategy)
+    validate.topology(spec, workers, ps, available=available)
     if not callable(model):
         raise invalid("model", model, "a callable that returns a keras.Model or tf.Module "
                       "(for example wb.models.mlp() or a function that builds one)")
@@ -37,21 +45,21 @@ def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum
     if seed is not None:
         validate.positive_int("seed", seed, minimum=0)
     devices = validate.positive_int("devices", devices, minimum=0)
-    if devices and strategy not in ("mirrored", "single"):
+    if devices and not spec.logical_devices:
         raise invalid("devices", devices, f"0 with strategy={strategy!r} (logical devices are for "
-                      "'mirrored' and 'single')")
-    if average_every is not None and strategy != "parameter_averaging":
+                      f"{_listed('logical_devices')})")
+    if average_every is not None and not spec.averages:
         raise invalid("average_every", average_every,
-                      f"None with strategy={strategy!r} (only 'parameter_averaging' averages replicas)")
+                      f"None with strategy={strategy!r} (only {_listed('averages')} averages replicas)")
     average_every = validate.positive_int("average_every", 1 if average_every is None else average_every)
-    sync = adapter.SYNC_WORKERS
-    replicas = workers if sync else (devices or 1) if strategy == "mirrored" else 1
+    sync = spec.synchronous
+    replicas = spec.replicas(workers, devices)
     if global_batch_size % replicas:
         raise invalid("global_batch_size", global_batch_size,
                       f"a multiple of the {replicas} replicas of strategy={strategy!r}, so every replica gets "
                       f"the same batch (for example {max(replicas, global_batch_size // replicas * replicas)})")
     if isinstance(data, Data):
-        shards = workers if adapter.MULTI_ENGINE else 1
+        shards = spec.shards(workers)
         per_shard = len(data.x_train) // shards
         per_batch = global_batch_size // shards if sync else global_batch_size
         if per_shard < per_batch:
@@ -61,14 +69,15 @@ def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum
     if steps_per_execution is None:
         # several steps per tf.function call (per scheduled function under PS): the Python
         # round trip per call costs as much as a small model's step; metrics stay per step
-        steps_per_execution = default_steps_per_execution(strategy, steps)
+        steps_per_execution = spec.default_steps_per_execution(steps)
     steps_per_execution = validate.positive_int("steps_per_execution", steps_per_execution)
     checkpoint_every = validate.positive_int("checkpoint_every", checkpoint_every, minimum=0)
     eval_every = validate.positive_int("eval_every", eval_every, minimum=0)
     if variable_partitioner is not None:
-        if strategy != "parameter_server":
+        if not spec.shards_variables:
             raise invalid("variable_partitioner", variable_partitioner,
-                          f"None with strategy={strategy!r} (only parameter_server shards variables)")
+                          f"None with strategy={strategy!r} (only {_listed('shards_variables', quote=False)} "
+                          "shards variables)")
         ok = (isinstance(variable_partitioner, int) and not isinstance(variable_partitioner, bool)
               and 1 <= variable_partitioner) or (
             isinstance(variable_partitioner, tuple) and len(variable_partitioner) == 2
@@ -87,6 +96,12 @@ def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum
         stop_check_every=max(steps_per_execution, 10), variable_partitioner=variable_partitioner,
         devices=devices, average_every=average_every, metrics=metrics, eval_data=eval_data, loss_name=loss_name,
     )
+
+
+def _listed(flag, quote=True):
+    """The strategies whose spec has ``flag``, for a message: "'mirrored' and 'single'"."""
+    names = [repr(n) if quote else n for n in strategies.with_flag(flag)]
+    return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _data(data, name="data", held_out=False):

@@ -4,10 +4,10 @@ With ``devices=N`` the engine's CPU is split into N logical devices, standing in
 GPUs; this must happen before TensorFlow's runtime starts on the engine.
 """
 
-ROLES = ("local",)
-MULTI_ENGINE = False
-SYNC_WORKERS = False
-DESCRIPTION = "one engine, all of its devices (MirroredStrategy)"
+from workbench.common.job import Job
+from workbench.common.strategies import spec
+
+SPEC = spec("mirrored")
 
 
 from typing import TYPE_CHECKING  # noqa: E402

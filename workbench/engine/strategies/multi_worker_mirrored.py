@@ -4,10 +4,10 @@ Every worker runs this same function; all must be inside the strategy call at on
 TF_CONFIG is set on the engine before this runs.
 """
 
-ROLES = ("worker",)
-MULTI_ENGINE = True
-SYNC_WORKERS = True
-DESCRIPTION = "synchronous all-reduce across worker engines (MultiWorkerMirroredStrategy)"
+from workbench.common.job import Job
+from workbench.common.strategies import spec
+
+SPEC = spec("multi_worker_mirrored")
 
 
 from typing import TYPE_CHECKING  # noqa: E402

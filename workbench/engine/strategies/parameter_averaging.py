@@ -7,10 +7,10 @@ combined batch; less frequent averaging, or a non-linear optimizer such as Adam,
 Only parameters are averaged; each worker keeps its own optimizer state.
 """
 
-ROLES = ("worker",)
-MULTI_ENGINE = True
-SYNC_WORKERS = True
-DESCRIPTION = "synchronous parameter averaging every k steps across worker engines (Deeplearning4j)"
+from workbench.common.job import Job
+from workbench.common.strategies import spec
+
+SPEC = spec("parameter_averaging")
 
 
 from typing import TYPE_CHECKING  # noqa: E402

@@ -4,10 +4,10 @@ Worker and PS engines run a ``tf.distribute.Server`` kept alive in the engine pr
 the chief engine runs the ``ClusterCoordinator`` and the training loop.
 """
 
-ROLES = ("chief", "ps", "worker")
-MULTI_ENGINE = True
-SYNC_WORKERS = False
-DESCRIPTION = "asynchronous training with variables on PS tasks (ParameterServerStrategy)"
+from workbench.common.job import Job
+from workbench.common.strategies import spec
+
+SPEC = spec("parameter_server")
 
 
 from typing import TYPE_CHECKING, Union  # noqa: E402
@@ -62,7 +62,6 @@ def _train(job, ctx, strategy, coordinator):
     collected in order; checkpoints and evaluations wait for every scheduled function."""
     import tensorflow as tf
 
-    from workbench.common.job import UNROLL_MIN_STEPS
     from workbench.engine import build, loop
 
     t = loop.prepare(strategy, job, ctx)
@@ -100,8 +99,8 @@ def _train(job, ctx, strategy, coordinator):
         return timed(lambda: unrolled(iterator, n))
 
     # Unrolled calls run faster but their trace and first call cost about a second: worth
-    # it for long runs (see UNROLL_MIN_STEPS); shorter runs stay looped.
-    unroll = job.steps - start >= UNROLL_MIN_STEPS
+    # it for long runs (see the spec's unroll_min_steps); shorter runs stay looped.
+    unroll = job.steps - start >= SPEC.unroll_min_steps
 
     def schedule(n):
         """Full-length calls of long runs unrolled (traced once, the fast kind); every other

@@ -5,10 +5,10 @@ its layers on (model parallelism, e.g. ``wb.models.split_mlp``); training still 
 one process with no strategy.
 """
 
-ROLES = ("local",)
-MULTI_ENGINE = False
-SYNC_WORKERS = False
-DESCRIPTION = "one engine, one device (the default strategy): the baseline"
+from workbench.common.job import Job
+from workbench.common.strategies import spec
+
+SPEC = spec("single")
 
 
 from typing import TYPE_CHECKING  # noqa: E402

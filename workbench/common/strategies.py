@@ -1,0 +1,146 @@
+"""What each strategy is: one ``StrategySpec`` per strategy, read by the kernel, the CLI and
+the engines alike. Plain data: no TensorFlow.
+
+The TensorFlow side of a strategy (its ``train(job, ctx)``) lives in
+``workbench.engine.strategies.<name>``. Adding a strategy means adding a spec to
+``_SPECS`` below and an adapter module of the same name; nothing else compares strategy
+names.
+"""
+
+from dataclasses import dataclass
+
+# roles a task may take, in launch order within a run
+ROLE_ORDER = ("chief", "ps", "worker", "local")
+
+
+def role_counts(roles: tuple[str, ...], workers: int, ps: int) -> dict[str, int]:
+    """Tasks per role, in the order ``roles`` lists them: one chief, one local task,
+    ``ps`` parameter servers, ``workers`` workers."""
+    counts = {"chief": 1, "local": 1, "ps": ps, "worker": workers}
+    return {role: counts[role] for role in roles}
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One strategy, as the workbench plans, checks and runs it."""
+
+    name: str
+    roles: tuple[str, ...]  # the roles its tasks take, in launch order
+    description: str  # one line for docs, help and error messages
+    multi_engine: bool  # spans several engines joined by a TF cluster (TF_CONFIG)
+    # workers move in lockstep over collectives and split each global batch between them
+    # (such runs can hang when a peer is lost: the kernel watches them)
+    synchronous: bool
+    servers: bool = False  # its non-chief tasks run a tf.distribute.Server, started before the chief
+    shards_variables: bool = False  # takes a variable_partitioner (variables on PS tasks)
+    averages: bool = False  # averages the workers' parameters every ``average_every`` steps
+    logical_devices: bool = False  # one engine whose CPU ``devices=N`` may split into N devices
+    device_replicas: bool = False  # one replica per (logical) device of its engine
+    elastic: tuple[str, ...] = ()  # what a resume may change ("workers", "ps")
+    steps_per_execution: int = 10  # steps per tf.function call (per scheduled function under PS)
+    # runs at least this long unroll full-length calls (faster, but the trace and first call
+    # cost ~1.2 s here) and take ``unrolled_steps_per_execution`` steps per call
+    unroll_min_steps: int | None = None
+    unrolled_steps_per_execution: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.roles or any(r not in ROLE_ORDER for r in self.roles):
+            raise ValueError(f"StrategySpec {self.name!r}: roles {self.roles!r} must be among {ROLE_ORDER}")
+
+    @property
+    def has_ps(self) -> bool:
+        """Keeps variables on parameter-server tasks (needs ``ps >= 1``); its runs outlive a
+        lost worker, which the workbench replaces."""
+        return "ps" in self.roles
+
+    @property
+    def local(self) -> bool:
+        """Runs as one "local" task on one engine, with no TF cluster."""
+        return "local" in self.roles
+
+    @property
+    def chief_role(self) -> str | None:
+        """The role of the task that checkpoints and writes results: "chief" where the
+        strategy has one, else None (then worker 0, or the local task, does)."""
+        return "chief" if "chief" in self.roles else None
+
+    def role_counts(self, workers: int, ps: int) -> dict[str, int]:
+        """Tasks per role for ``workers`` and ``ps``, in launch order."""
+        return role_counts(self.roles, workers, ps)
+
+    def engines(self, workers: int, ps: int) -> int:
+        """The number of engines a run with ``workers`` and ``ps`` needs."""
+        return sum(self.role_counts(workers, ps).values())
+
+    def replicas(self, workers: int, devices: int = 0) -> int:
+        """Model replicas that split each global batch: one per worker of a synchronous
+        strategy, one per logical device of a device-mirroring one, else 1."""
+        if self.synchronous:
+            return workers
+        if self.device_replicas:
+            return devices or 1
+        return 1
+
+    def shards(self, workers: int) -> int:
+        """Shards of the training data: one per worker engine, or 1 on one engine."""
+        return workers if self.multi_engine else 1
+
+    def default_steps_per_execution(self, steps: int) -> int:
+        """Steps per call when the user gives none, for a run of ``steps`` steps."""
+        if self.unroll_min_steps is not None and steps >= self.unroll_min_steps:
+            return self.unrolled_steps_per_execution or self.steps_per_execution
+        return self.steps_per_execution
+
+
+_SPECS = (
+    StrategySpec(
+        name="multi_worker_mirrored", roles=("worker",), multi_engine=True, synchronous=True,
+        description="synchronous all-reduce across worker engines (MultiWorkerMirroredStrategy)",
+        elastic=("workers",),
+    ),
+    StrategySpec(
+        name="parameter_server", roles=("chief", "ps", "worker"), multi_engine=True, synchronous=False,
+        description="asynchronous training with variables on PS tasks (ParameterServerStrategy)",
+        servers=True, shards_variables=True, elastic=("workers", "ps"),
+        # an unrolled call runs faster than a loop but its trace and first call cost ~1.2 s
+        # here (1.0-2.1). Measured on 2 cores, from train() to the last step, alternated: at
+        # 500 steps both took the same time (medians: digits MLP 2.40 vs 2.31 s looped, wide
+        # MLP 7.13 vs 7.17 s), at 600 the wide MLP finished 0.3-0.55 s sooner unrolled and
+        # the digits MLP not yet, at 1,000 the digits MLP 0.25 s sooner; 20 unrolled steps
+        # per call: x1.1-1.35 steps/s over 10 (digits MLP, 2 workers)
+        unroll_min_steps=1000, unrolled_steps_per_execution=20,
+    ),
+    StrategySpec(
+        name="parameter_averaging", roles=("worker",), multi_engine=True, synchronous=True,
+        description="synchronous parameter averaging every k steps across worker engines (Deeplearning4j)",
+        averages=True,
+    ),
+    StrategySpec(
+        name="mirrored", roles=("local",), multi_engine=False, synchronous=False,
+        description="one engine, all of its devices (MirroredStrategy)",
+        logical_devices=True, device_replicas=True,
+    ),
+    StrategySpec(
+        name="single", roles=("local",), multi_engine=False, synchronous=False,
+        description="one engine, one device (the default strategy): the baseline",
+        logical_devices=True,
+    ),
+)
+SPECS: dict[str, StrategySpec] = {s.name: s for s in _SPECS}
+
+
+def names() -> list[str]:
+    """The names of all strategies, sorted."""
+    return sorted(SPECS)
+
+
+def spec(name: str) -> StrategySpec:
+    """The spec of strategy ``name``: check the name first (``validate.choice``); an
+    unknown one raises ``KeyError``."""
+    return SPECS[name]
+
+
+def with_flag(flag: str) -> list[str]:
+    """The names of the strategies whose spec has ``flag`` set, sorted: for messages such
+    as "only 'parameter_averaging' averages replicas"."""
+    return [n for n in names() if getattr(SPECS[n], flag)]
