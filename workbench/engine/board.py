@@ -1,6 +1,6 @@
 """TensorBoard event files under the run directory, written by the chief task."""
 
-import os
+from workbench.store import RunDir
 
 
 class Board:
@@ -14,7 +14,7 @@ class Board:
         if enabled:
             import tensorflow as tf
 
-            self._writer = tf.summary.create_file_writer(os.path.join(run_dir, "tensorboard"))
+            self._writer = tf.summary.create_file_writer(str(RunDir(run_dir).tensorboard_dir))
 
     def scalars(self, step, force=False, **values):
         import time

@@ -11,6 +11,7 @@ from workbench.common.job import UNROLL_MIN_STEPS
 from workbench.engine import build, placement
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
+from workbench.store import RunDir
 
 UNROLL_CHUNK = 5  # unrolled steps per inner tf.function: see _steps_fn
 
@@ -25,12 +26,12 @@ def check_loss(loss, step, worker, job):
 
 
 def _stop_requested(job):
-    return os.path.exists(os.path.join(job.run_dir, "STOP"))
+    return RunDir(job.run_dir).stop_requested()
 
 
 def _checkpoint_dir(job, ctx):
     if ctx["is_chief"]:
-        return os.path.join(job.run_dir, "checkpoints")
+        return str(RunDir(job.run_dir).checkpoints_dir)
     # MWMS: every worker must save (saving may run collectives); only the chief's is kept
     return os.path.join(os.environ.get("TMPDIR", "/tmp"), f"{job.run_id}-ckpt-{ctx['name']}")
 
@@ -56,9 +57,10 @@ def _restore(job, ckpt, ctx):
 
     if not job.resume:
         return 0
-    latest = tf.train.latest_checkpoint(os.path.join(job.run_dir, "checkpoints"))
+    checkpoints = RunDir(job.run_dir).checkpoints_dir
+    latest = tf.train.latest_checkpoint(str(checkpoints))
     if latest is None:
-        raise FileNotFoundError(f"resume=True but no checkpoint under {job.run_dir}/checkpoints")
+        raise FileNotFoundError(f"resume=True but no checkpoint under {checkpoints}")
     ckpt.restore(latest).expect_partial()
     return int(ckpt.step.numpy())
 
