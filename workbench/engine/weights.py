@@ -16,7 +16,6 @@ def main(run_dir, out):
     import tensorflow as tf
 
     from workbench.engine import build
-
     from workbench.store import RunDir
 
     store = RunDir(run_dir)

@@ -3,7 +3,7 @@ ipyparallel profile and the run directories, made on first use."""
 
 from pathlib import Path
 
-from workbench.store import Home, home  # noqa: F401 (home: the kernel's modules read it from here)
+from workbench.store import Home
 
 
 def profile_dir() -> Path:

@@ -94,9 +94,6 @@ class RunDir:
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
 
-    def __fspath__(self) -> str:
-        return str(self.path)
-
     @property
     def run_id(self) -> str:
         return self.path.name
