@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 import workbench as wb
-from workbench import records
+from workbench import store
 from workbench.kernel.processes import alive
 from checks import relative_difference, wait_for
 
@@ -45,8 +45,8 @@ def test_a_run_whose_kernel_was_killed_is_loaded_and_resumed_to_its_exact_step_c
         run_dir = kernel.stdout.readline().strip()
         assert run_dir, kernel.stderr.read()[-3000:]
         newest = lambda: wb.history(run_dir).step.max() if list(os.scandir(run_dir + "/metrics")) else 0  # noqa: E731
-        wait_for(lambda: (records.checkpoint_step(run_dir) or 0) >= 2 * EVERY and newest() > 2 * EVERY + 20, 180,
-                 lambda: f"a checkpoint at {2 * EVERY} and steps past it: {records.checkpoint_step(run_dir)}, "
+        wait_for(lambda: (store.RunDir(run_dir).checkpoint_step() or 0) >= 2 * EVERY and newest() > 2 * EVERY + 20, 180,
+                 lambda: f"a checkpoint at {2 * EVERY} and steps past it: {store.RunDir(run_dir).checkpoint_step()}, "
                          f"step {newest()}")
     finally:
         kernel.send_signal(signal.SIGKILL)  # the kernel process this test started
@@ -100,7 +100,7 @@ def test_a_run_whose_kernel_was_killed_is_loaded_and_resumed_to_its_exact_step_c
 def test_an_unknown_or_ambiguous_run_id_is_a_clear_error(tmp_path):
     for name in ("20260101-000000-aaaaaa", "20260101-000000-aaabbb", "20260102-000000-cccccc"):
         (tmp_path / "runs" / name).mkdir(parents=True)
-        records.write_json(tmp_path / "runs" / name / "run.json", {"strategy": "single", "workers": 1, "ps": 0})
+        store.write_json(tmp_path / "runs" / name / "run.json", {"strategy": "single", "workers": 1, "ps": 0})
     assert wb.load("20260102", home=tmp_path).id == "20260102-000000-cccccc"
     with pytest.raises(wb.ConfigError, match="prefix of exactly one run id; it starts 2"):
         wb.load("20260101-000000-aa", home=tmp_path)

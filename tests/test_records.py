@@ -1,9 +1,9 @@
-"""workbench.records reads runs back from their run directories, incrementally."""
+"""workbench.store reads runs back from their run directories, incrementally."""
 
 import json
 import os
 
-from workbench import records
+from workbench import store
 
 
 def _write(path, rows):
@@ -15,10 +15,10 @@ def _write(path, rows):
 def test_a_run_read_from_its_files_as_it_grows_and_ends(tmp_path):
     run_dir = tmp_path / "runs" / "20260101-000000-abc123"
     (run_dir / "metrics").mkdir(parents=True)
-    records.write_json(run_dir / "run.json", {"run_id": run_dir.name, "strategy": "multi_worker_mirrored",
+    store.write_json(run_dir / "run.json", {"run_id": run_dir.name, "strategy": "multi_worker_mirrored",
                                               "workers": 2, "ps": 0, "steps": 100, "kernel_pid": os.getpid(),
                                               "notebook": "/x/a.ipynb"})
-    book = records.Records(tmp_path)
+    book = store.Records(tmp_path)
     _write(run_dir / "metrics" / "worker:0.jsonl",
            [{"step": s, "worker": "worker:0", "loss": 2.0 / s, "time": 1000.0 + s / 10} for s in range(1, 11)])
     _write(run_dir / "metrics" / "worker:0.jsonl", [{"event": {"kind": "checkpoint"}}])
@@ -28,7 +28,7 @@ def test_a_run_read_from_its_files_as_it_grows_and_ends(tmp_path):
     assert r["loss"] == 2.0 / 10 and abs(r["steps_per_s"] - 10.0) < 1e-6 and len(r["sparkline"]) == 10
     (run_dir / "metrics" / "worker:0.jsonl").open("a").write('ker": "worker:0", "loss": 0.1, "time": 1001.1}\n')
     assert book.runs()[0]["step"] == 11  # the rest of the line, read on the next poll
-    records.write_json(run_dir / "result.json", {"final_step": 11, "error": None, "stopped": True})
+    store.write_json(run_dir / "result.json", {"final_step": 11, "error": None, "stopped": True})
     r = book.runs()[0]
     assert (r["status"], r["step"], r["steps_per_s"]) == ("stopped", 11, None)
 
@@ -36,11 +36,11 @@ def test_a_run_read_from_its_files_as_it_grows_and_ends(tmp_path):
 def test_polling_keeps_read_offsets_only_for_the_runs_it_lists(tmp_path):
     import shutil
 
-    book = records.Records(tmp_path)
+    book = store.Records(tmp_path)
     for name in ("a", "b", "c"):
         run_dir = tmp_path / "runs" / name
         (run_dir / "metrics").mkdir(parents=True)
-        records.write_json(run_dir / "result.json", {"final_step": 1})
+        store.write_json(run_dir / "result.json", {"final_step": 1})
         _write(run_dir / "metrics" / "worker:0.jsonl", [{"step": 1, "worker": "worker:0", "loss": 1.0, "time": 1.0}])
     assert [r["run_id"] for r in book.runs()] == ["c", "b", "a"] and len(book._tails) == 3
     shutil.rmtree(tmp_path / "runs" / "b")
@@ -51,13 +51,13 @@ def test_polling_keeps_read_offsets_only_for_the_runs_it_lists(tmp_path):
 def test_a_run_whose_kernel_died_unrecorded_is_lost_and_a_failure_shows(tmp_path):
     dead = tmp_path / "runs" / "b"
     (dead / "metrics").mkdir(parents=True)
-    records.write_json(dead / "run.json", {"strategy": "single", "kernel_pid": 2**22 + 12345})
+    store.write_json(dead / "run.json", {"strategy": "single", "kernel_pid": 2**22 + 12345})
     failed = tmp_path / "runs" / "a"
     failed.mkdir()
-    records.write_json(failed / "result.json", {"error": "FloatingPointError: The loss became nan at step 3"})
-    runs = {r["run_id"]: r for r in records.Records(tmp_path).runs()}
+    store.write_json(failed / "result.json", {"error": "FloatingPointError: The loss became nan at step 3"})
+    runs = {r["run_id"]: r for r in store.Records(tmp_path).runs()}
     assert runs["b"]["status"] == "lost" and runs["a"]["status"] == "failed" and "nan" in runs["a"]["error"]
-    assert records.Records(tmp_path / "nothing").state()["runs"] == []
+    assert store.Records(tmp_path / "nothing").state()["runs"] == []
 
 
 def test_runs_and_history_of_a_real_run_from_files_alone(tmp_path, monkeypatch):

@@ -18,8 +18,8 @@ from workbench.kernel.cluster import Cluster
 from workbench.kernel.compare import compare
 from workbench.kernel.recorded import load
 from workbench.kernel.testbed import testbed
-from workbench.records import history, runs
 from workbench.schedules import linear_scaling
+from workbench.store import history, runs
 
 __version__ = "0.1.0"
 

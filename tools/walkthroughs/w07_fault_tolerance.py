@@ -118,7 +118,7 @@ synchronous run, and we `SIGKILL` it once the run has saved a checkpoint.
 import subprocess
 import sys
 
-from workbench import records
+from workbench.store import RunDir
 
 KERNEL = '''
 import time
@@ -132,7 +132,7 @@ time.sleep(3600)
 '''
 kernel = subprocess.Popen([sys.executable, "-c", KERNEL], stdout=subprocess.PIPE, text=True)
 run_dir = kernel.stdout.readline().strip()
-while (records.checkpoint_step(run_dir) or 0) < 500:  # until it has saved a checkpoint
+while (RunDir(run_dir).checkpoint_step() or 0) < 500:  # until it has saved a checkpoint
     time.sleep(0.05)
 kernel.kill()  # SIGKILL: no atexit, no clean-up
 kernel.wait()

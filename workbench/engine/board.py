@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import os
+
+from workbench.store import RunDir
 
 
 class Board:
@@ -16,7 +17,7 @@ class Board:
         if enabled:
             import tensorflow as tf
 
-            self._writer = tf.summary.create_file_writer(os.path.join(run_dir, "tensorboard"))
+            self._writer = tf.summary.create_file_writer(str(RunDir(run_dir).tensorboard_dir))
 
     def scalars(self, step: int, force: bool = False, **values: float | None) -> None:
         import time

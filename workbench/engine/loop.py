@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from workbench.engine import build, placement
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
+from workbench.store import RunDir
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -56,12 +57,12 @@ def check_loss(loss: float, step: int, worker: str, job: Job) -> None:
 
 
 def stop_requested(job: Job) -> bool:
-    return os.path.exists(os.path.join(job.run_dir, "STOP"))
+    return RunDir(job.run_dir).stop_requested()
 
 
 def _checkpoint_dir(job, ctx):
     if ctx.is_chief:
-        return os.path.join(job.run_dir, "checkpoints")
+        return str(RunDir(job.run_dir).checkpoints_dir)
     # MWMS: every worker must save (saving may run collectives); only the chief's is kept
     return os.path.join(os.environ.get("TMPDIR", "/tmp"), f"{job.run_id}-ckpt-{ctx.name}")
 
@@ -87,9 +88,10 @@ def _restore(job, ckpt):
 
     if not job.resume:
         return 0
-    latest = tf.train.latest_checkpoint(os.path.join(job.run_dir, "checkpoints"))
+    checkpoints = RunDir(job.run_dir).checkpoints_dir
+    latest = tf.train.latest_checkpoint(str(checkpoints))
     if latest is None:
-        raise FileNotFoundError(f"resume=True but no checkpoint under {job.run_dir}/checkpoints")
+        raise FileNotFoundError(f"resume=True but no checkpoint under {checkpoints}")
     ckpt.restore(latest).expect_partial()
     return int(ckpt.step.numpy())
 

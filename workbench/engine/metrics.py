@@ -9,12 +9,13 @@ directory (for re-attaching later), and kept whole for the task's final result.
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from workbench.common.protocols import Event, EventKind, Published, StepRow
+
+from workbench.store import RunDir
 
 
 class Publisher:
@@ -28,8 +29,9 @@ class Publisher:
         self.interval = interval
         self.window = window
         self._last = 0.0
-        os.makedirs(os.path.join(run_dir, "metrics"), exist_ok=True)
-        self._file = open(os.path.join(run_dir, "metrics", f"{name}.jsonl"), "a")
+        path = RunDir(run_dir).metrics_file(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a")
         try:
             from ipyparallel.datapub import publish_data
             from ipykernel.kernelbase import Kernel

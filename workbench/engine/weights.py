@@ -9,7 +9,6 @@ its weights, in ``run.weights()`` order, to OUT.npz.
 
 from __future__ import annotations
 
-import os
 import sys
 
 
@@ -19,13 +18,14 @@ def main(run_dir: str, out: str) -> int:
     import tensorflow as tf
 
     from workbench.engine import build
+    from workbench.store import RunDir
 
-    with open(os.path.join(run_dir, "job.pkl"), "rb") as f:
-        job = cloudpickle.load(f)
+    store = RunDir(run_dir)
+    job = cloudpickle.loads(store.read_job())
     model = build.model(job)
-    latest = tf.train.latest_checkpoint(os.path.join(run_dir, "checkpoints"))
+    latest = tf.train.latest_checkpoint(str(store.checkpoints_dir))
     if latest is None:
-        raise FileNotFoundError(f"no checkpoint under {run_dir}/checkpoints")
+        raise FileNotFoundError(f"no checkpoint under {store.checkpoints_dir}")
     tf.train.Checkpoint(model=model).restore(latest).expect_partial()
     weights = model.get_weights() if build.keras_model(model) else [w.numpy() for w in model.trainable_variables]
     with open(out, "wb") as f:

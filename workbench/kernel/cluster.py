@@ -13,6 +13,7 @@ from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, inv
 from workbench.kernel import home
 from workbench.kernel.processes import alive, family, reap, wait_until
 from workbench.kernel import remote
+from workbench.store import ClusterRecord, Home
 
 _LIVE = weakref.WeakSet()
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -201,8 +202,7 @@ class Cluster:
         import subprocess
         import sys
 
-        self._pidfile = home.home() / "clusters" / f"{self._ipp.cluster_id}.pids"
-        self._pidfile.parent.mkdir(parents=True, exist_ok=True)
+        self._pidfile = Home().pidfile(self._ipp.cluster_id)
         self._write_pidfile()
         self._reaper = subprocess.Popen(
             [sys.executable, "-m", "workbench.kernel.reaper", str(os.getpid()), str(self._pidfile)],
@@ -228,9 +228,7 @@ class Cluster:
         if self._ipp is None or self._pidfile is None:
             return
         self._collect_pids()
-        tmp = self._pidfile.with_suffix(".tmp")
-        tmp.write_text(" ".join(str(p) for p in sorted(self._pids - {None})))
-        tmp.replace(self._pidfile)
+        Home().write_pids(self._ipp.cluster_id, self._pids - {None})
 
     def stop(self):
         """Stop the controller and engines this object started (by PID, waiting until they
@@ -336,22 +334,18 @@ class Cluster:
     def _write_record(self):
         """``clusters/<id>.json`` under the workbench home: this cluster's engines and
         their TF state (role of their latest run), for the Workbench panel
-        (``workbench.records``); removed on stop."""
+        (``workbench.store``); removed on stop."""
         import os
 
-        from workbench import records
-
-        engines = [{"id": eid, "host": e.host, "pid": e.pid, "port": e.port, "role": _describe_state(self._state.get(eid)),
+        engines = [{"id": eid, "host": e.host, "pid": e.pid, "role": _describe_state(self._state.get(eid)),
                     "device": f"GPU {cvd}" if (cvd := self._env.get(eid, {}).get("CUDA_VISIBLE_DEVICES")) else "CPU"}
                    for eid, e in sorted(self._info.items())]
-        record = {"id": self.cluster_tag, "kernel_pid": os.getpid(), "notebook": os.environ.get("JPY_SESSION_NAME"),
-                  "controller_pid": getattr(self._ipp.controller, "pid", None) if self._ipp is not None else None,
-                  "profile": self.profile, "engines": engines}
-        path = home.home() / "clusters" / f"{self.cluster_tag}.json"
+        record: ClusterRecord = {
+            "id": self.cluster_tag, "kernel_pid": os.getpid(), "notebook": os.environ.get("JPY_SESSION_NAME"),
+            "controller_pid": getattr(self._ipp.controller, "pid", None) if self._ipp is not None else None,
+            "profile": self.profile, "engines": engines}
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            records.write_json(path, record)
-            self._record = path
+            self._record = Home().write_cluster(record)
         except OSError:
             pass
 

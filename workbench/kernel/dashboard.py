@@ -12,6 +12,7 @@ import time
 
 
 from workbench.kernel import render
+from workbench.store import RunDir
 
 MIME_WIDGET = "application/vnd.jupyter.widget-view+json"
 
@@ -269,4 +270,4 @@ class Dashboard:
         self._stopping = True
         self.stop_button.disabled = True
         self.status.value = "<span class='wb-state'>stopping…</span>"
-        (self.run.run_dir / "STOP").touch()
+        RunDir(self.run.run_dir).request_stop()

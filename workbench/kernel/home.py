@@ -1,21 +1,18 @@
-"""Where the workbench keeps its own files: ipyparallel profile, run directories."""
+"""Where the workbench keeps its own files (``workbench.store.Home`` names them): the
+ipyparallel profile and the run directories, made on first use."""
 
-import os
 from pathlib import Path
 
-
-def home():
-    """``$WORKBENCH_HOME``, or ``~/.workbench``: never the user's own IPython directory."""
-    return Path(os.environ.get("WORKBENCH_HOME") or Path.home() / ".workbench")
+from workbench.store import Home
 
 
-def profile_dir():
-    path = home() / "ipython" / "profile_workbench"
+def profile_dir() -> Path:
+    path = Home().profile_dir
     (path / "security").mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
 
 
-def runs_dir():
-    path = home() / "runs"
+def runs_dir() -> Path:
+    path = Home().runs_dir
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -3,15 +3,14 @@
 import os
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import cloudpickle
 
-from workbench import records
 from workbench.common import roles, strategies
 from workbench.engine import entry
 from workbench.errors import EngineError
 from workbench.kernel.run import Run
+from workbench.store import RunDir, RunRecord
 
 
 def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_timeout=180.0):
@@ -29,21 +28,18 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
         job = replace(job, resume=True, steps=steps or job.steps,
                       run_id=job.run_id.split("~")[0] + f"~{int(time.time())}")
     job = replace(job, tasks=tasks)
-    run_dir = Path(job.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "STOP").unlink(missing_ok=True)
+    run_dir = RunDir(job.run_dir)
+    run_dir.path.mkdir(parents=True, exist_ok=True)
+    run_dir.clear_stop()
     if resume:  # the run is live again; its steps after the checkpoint will be done again
-        (run_dir / "result.json").unlink(missing_ok=True)
-        (run_dir / "weights.npz").unlink(missing_ok=True)
-        saved = records.checkpoint_step(run_dir)
+        run_dir.forget_end()
+        saved = run_dir.checkpoint_step()
         if saved is not None:
-            records.truncate(run_dir, saved)
+            run_dir.truncate(saved)
     # cloudpickle ships functions defined in a notebook (__main__) by value; the same bytes
     # in the run directory let any later kernel resume the run (``Cluster.resume``)
     payload = cloudpickle.dumps(job)
-    tmp = run_dir / f".job.pkl.{os.getpid()}.tmp"
-    tmp.write_bytes(payload)
-    tmp.replace(run_dir / "job.pkl")
+    run_dir.write_job(payload)
     _write_record(cluster, job, tasks)
     cluster.mark(tasks)
     results = {}
@@ -63,21 +59,22 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
             results[t.name] = cluster.client[t.engine_id].apply_async(entry.run_task, payload, t)
     ordered = {t.name: results[t.name] for t in tasks}
     if cluster.attached:  # its engines outlive this kernel: a later one re-attaches by message id
-        record = records._read_json(run_dir / "run.json") or {}
+        record = run_dir.read_run()
         record["msg_ids"] = {name: ar.msg_ids[0] for name, ar in ordered.items()}
-        records.write_json(run_dir / "run.json", record)
+        run_dir.write_run(record)
     return Run(cluster, job, tasks, ordered, stall_timeout=stall_timeout, start_timeout=start_timeout)
 
 
 def _write_record(cluster, job, tasks):
     """``run.json`` in the run directory: what started, where and from which notebook,
-    for the Workbench panel and later kernels (``workbench.records``)."""
+    for the Workbench panel and later kernels (``workbench.store``)."""
     info = cluster.engine_info
-    records.write_json(Path(job.run_dir) / "run.json", {
+    record: RunRecord = {
         "run_id": job.run_id, "strategy": job.strategy, "workers": job.workers, "ps": job.ps,
         "devices": job.devices, "steps": job.steps, "global_batch_size": job.global_batch_size,
         "started": time.time(), "notebook": os.environ.get("JPY_SESSION_NAME"), "kernel_pid": os.getpid(),
-        "cluster": cluster.cluster_tag, "profile": cluster.profile if cluster.attached else None,
+        "profile": cluster.profile if cluster.attached else None,
         "tasks": [{"role": t.role, "index": t.index, "engine": t.engine_id, "host": info[t.engine_id].host,
                    "pid": info[t.engine_id].pid} for t in tasks],
-    })
+    }
+    RunDir(job.run_dir).write_run(record)

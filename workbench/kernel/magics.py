@@ -72,7 +72,7 @@ def _overview(args, shell):
     import pandas as pd
     from IPython.display import display
 
-    from workbench.records import Records
+    from workbench.store import Records
 
     state = Records().state()
     clusters = pd.DataFrame([{"cluster": c["id"], "engines": len(c.get("engines", [])),
@@ -150,9 +150,10 @@ def _resume(args, shell):
 def _tensorboard(args, shell):
     from workbench import tensorboard
     from workbench.kernel.recorded import resolve
+    from workbench.store import RunDir
 
     run_dir = resolve(args.run)
-    logdir = run_dir / "tensorboard"
+    logdir = RunDir(run_dir).tensorboard_dir
     if not logdir.is_dir():
         raise _Usage(f"%wb tensorboard: run {run_dir.name} wrote no TensorBoard logs ({logdir} does not exist)")
     _, port = tensorboard.serve(logdir)

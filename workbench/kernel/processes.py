@@ -4,21 +4,8 @@ import os
 import signal
 import time
 
+from workbench.common.pids import alive
 from workbench.errors import ClusterError
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child counts as gone
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def family(pids):

@@ -32,9 +32,15 @@ def main(owner, pidfile):
         except ProcessLookupError:
             pass
     reap(processes, deadline=5)
-    for path in (pidfile, os.path.splitext(pidfile)[0] + ".json"):  # the PIDs, the panel's record
+    from pathlib import Path
+
+    from workbench.store import Home
+
+    pids_path = Path(pidfile)  # <home>/clusters/<id>.pids
+    record = Home(pids_path.parent.parent).cluster_record(pids_path.stem)
+    for path in (pids_path, record):  # the PIDs, the panel's record
         try:
-            os.remove(path)
+            path.unlink(missing_ok=True)
         except OSError:
             pass
     return 0

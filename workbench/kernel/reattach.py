@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from workbench import records
+from workbench.store import RunDir
 
 
 def find(run_dir):
@@ -19,9 +19,9 @@ def find(run_dir):
         for run in reversed(cluster.runs):
             if Path(run.run_dir).resolve() == run_dir:
                 return run
-    started = records._read_json(run_dir / "run.json") or {}
+    started = RunDir(run_dir).read_run() or {}
     msg_ids = started.get("msg_ids")
-    if not msg_ids or started.get("profile") is None or (run_dir / "result.json").exists():
+    if not msg_ids or started.get("profile") is None or RunDir(run_dir).ended():
         return None
     for cluster in list(_LIVE):
         if cluster.attached and cluster.running and cluster.profile == started["profile"] and _known(cluster, msg_ids):
@@ -46,7 +46,7 @@ def _reattach(cluster, run_dir, started, msg_ids):
     from workbench.kernel.recorded import read_metrics
     from workbench.kernel.run import Run
 
-    job = cloudpickle.loads((run_dir / "job.pkl").read_bytes())
+    job = cloudpickle.loads(RunDir(run_dir).read_job())
     pids = {(t["role"], t["index"]): t.get("pid") for t in started.get("tasks", [])}
     for t in job.tasks:  # the run's engines, busy when this kernel attached, join the inventory
         if t.engine_id not in cluster._info:

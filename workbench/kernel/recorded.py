@@ -8,33 +8,29 @@ same read side as a live ``Run`` (``history``, ``events``, ``placement``, ``eval
 """
 
 import difflib
-import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from workbench import records
 from workbench.errors import RunStopped, invalid
 from workbench.kernel.run import Run
+from workbench.store import Home, Records, RunDir
 
 
-def resolve(run_id, home=None):
+def resolve(run_id: "str | os.PathLike | Run", home: str | os.PathLike | None = None) -> Path:
     """The run directory of ``run_id``: a run id, a unique prefix of one, or a directory."""
-    from workbench.kernel import home as _home
-
     if isinstance(run_id, Run):
         return Path(run_id.run_dir)
     if not isinstance(run_id, (str, Path)) or not str(run_id):
         raise invalid("run_id", run_id, "a run id (a str, as wb.runs() lists them) or a unique prefix of one")
     given = Path(run_id)
-    if given.is_dir() and (given / "run.json").exists():
+    if given.is_dir() and RunDir(given).exists():
         return given
-    runs_dir = (Path(home) if home is not None else _home.home()) / "runs"
-    try:
-        ids = sorted((d.name for d in runs_dir.iterdir() if d.is_dir()), reverse=True)
-    except OSError:
-        ids = []
+    store = Home(home)
+    runs_dir = store.runs_dir
+    ids = [d.run_id for d in store.run_dirs()]
     run_id = str(run_id)
     if run_id in ids:
         return runs_dir / run_id
@@ -49,30 +45,10 @@ def resolve(run_id, home=None):
                   + (f"the closest are: {', '.join(close)}" if close else "there is none yet"))
 
 
-def read_metrics(run_dir, offsets):
+def read_metrics(run_dir: str | os.PathLike, offsets: dict[str, int]) -> dict[str, list[dict]]:
     """The rows and events appended to a run's ``metrics/*.jsonl`` since ``offsets`` (a dict
     of per-file read offsets, updated), as ``Run._merge`` takes them."""
-    rows, events = [], []
-    for path in sorted((Path(run_dir) / "metrics").glob("*.jsonl")):
-        offset = offsets.get(path.name, 0)
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                chunk = f.read()
-        except OSError:
-            continue
-        end = chunk.rfind(b"\n") + 1  # a line being written is read next time
-        offsets[path.name] = offset + end
-        for line in chunk[:end].splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if "step" in row:
-                rows.append(row)
-            elif "event" in row:
-                events.append(row["event"])
-    return {"rows": rows, "events": events}
+    return RunDir(run_dir).read_metrics(offsets)
 
 
 def load(run_id, home=None):
@@ -101,9 +77,9 @@ class RecordedRun(Run):
         self._outcome, self._error, self._dashboard = {}, None, None
         self._lock = threading.Lock()
         self._done = threading.Event()
-        self._book = records.Records(self.run_dir.parent.parent)
+        self._book = Records(self.run_dir.parent.parent)
         self._offsets = {}
-        started = records._read_json(self.run_dir / "run.json") or {}
+        started = RunDir(self.run_dir).read_run() or {}
         self.job = SimpleNamespace(
             run_id=self.run_dir.name, run_dir=str(self.run_dir), strategy=started.get("strategy"),
             workers=started.get("workers"), ps=started.get("ps"), steps=started.get("steps"),
@@ -121,8 +97,7 @@ class RecordedRun(Run):
         if self._rows:  # a resumed run's run.json says when the last attempt started
             self._started = min(self._started or float("inf"), min(r["time"] for r in self._rows.values()))
         self._record = self._book.run(self.run_dir) or {}
-        result = records._read_json(self.run_dir / "result.json")
-        self._result = result or {}
+        self._result = RunDir(self.run_dir).read_result() or {}
         self._finished = self._result.get("finished")
         if self.status != "running":
             self._done.set()
@@ -154,27 +129,27 @@ class RecordedRun(Run):
     @property
     def checkpoint(self):
         """The step of the last checkpoint (where a resume starts), or None."""
-        return records.checkpoint_step(self.run_dir)
+        return RunDir(self.run_dir).checkpoint_step()
 
     def weights(self):
         """The final weights as numpy arrays: those the run ended with (``weights.npz``), or
         for a run that ended without them (lost, failed) the model of its last checkpoint,
         read by a short TensorFlow subprocess (this kernel does not import TensorFlow)."""
-        path = self.run_dir / "weights.npz"
-        if not path.exists():
-            if self.checkpoint is None:
-                raise RunStopped(f"Run {self.id} produced no weights and saved no checkpoint")
-            import tempfile
+        final = RunDir(self.run_dir).read_weights()
+        if final is not None:
+            return final
+        if self.checkpoint is None:
+            raise RunStopped(f"Run {self.id} produced no weights and saved no checkpoint")
+        import tempfile
 
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "weights.npz"
-                out = subprocess.run([sys.executable, "-m", "workbench.engine.weights", str(self.run_dir), str(path)],
-                                     capture_output=True, text=True)
-                if out.returncode != 0:
-                    raise RunStopped(f"Run {self.id}: could not read its checkpoint at step {self.checkpoint}:\n"
-                                     f"{out.stderr[-2000:]}")
-                return _read_weights(path)
-        return _read_weights(path)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "weights.npz"
+            out = subprocess.run([sys.executable, "-m", "workbench.engine.weights", str(self.run_dir), str(path)],
+                                 capture_output=True, text=True)
+            if out.returncode != 0:
+                raise RunStopped(f"Run {self.id}: could not read its checkpoint at step {self.checkpoint}:\n"
+                                 f"{out.stderr[-2000:]}")
+            return _read_weights(path)
 
     def wait(self, timeout=None):
         """A recorded run is watched by the kernel that started it: wait for its
@@ -196,7 +171,7 @@ class RecordedRun(Run):
         import time
 
         if self.status == "running":
-            (self.run_dir / "STOP").touch()
+            RunDir(self.run_dir).request_stop()
             end = time.monotonic() + timeout
             while self.refresh().status == "running" and time.monotonic() < end:
                 time.sleep(0.2)
@@ -221,7 +196,7 @@ class RecordedRun(Run):
         from ``job.pkl``. Unpickling may import what the job's functions refer to."""
         import cloudpickle
 
-        path = self.run_dir / "job.pkl"
+        path = RunDir(self.run_dir).job_pkl
         if not path.exists():
             raise invalid("run", self.id, f"a run directory with job.pkl (runs recorded before it was kept, and "
                           f"{self.run_dir} is one, cannot be resumed from another kernel)")
@@ -267,7 +242,7 @@ def resume(cluster, run, steps=None, workers=None, ps=None, stall_timeout=60.0, 
     saved = recorded.checkpoint
     if saved is None:
         raise invalid("run", recorded.id, "a run with a checkpoint to continue from "
-                      f"({run_dir / 'checkpoints'} has none)")
+                      f"({RunDir(run_dir).checkpoints_dir} has none)")
     job = recorded.job_description()
     steps = job.steps if steps is None else validate.positive_int("steps", steps)
     if steps < saved:

@@ -6,13 +6,13 @@ ipyparallel client (not thread-safe); engine replacement happens on the next cal
 needs the cluster, in the caller's thread.
 """
 
-import json
 import re
 import threading
 import time
 from pathlib import Path
 
 from workbench.errors import EngineError, RunStalled, RunStopped
+from workbench.store import ResultRecord, RunDir
 
 _POLL = 0.05
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -102,14 +102,14 @@ class Run:
             return self._done.wait(timeout)
         except KeyboardInterrupt:
             print(f"Interrupted: stopping run {self.id} at its next agreed step...", flush=True)
-            (self.run_dir / "STOP").touch()
+            RunDir(self.run_dir).request_stop()
             self._done.wait(60)
             print(f"Run {self.id} stopped at step {self.final_step}; its last checkpoint is in {self.run_dir}.")
             raise
 
     def stop(self, timeout=60):
         """Ask every task to stop at its next agreed step, save a checkpoint, and wait."""
-        (self.run_dir / "STOP").touch()
+        RunDir(self.run_dir).request_stop()
         self._done.wait(timeout)
         self.cluster._after_run(self)
         return self
@@ -133,9 +133,7 @@ class Run:
     @property
     def checkpoint(self):
         """The step of the run's last checkpoint (where a resume starts), or None."""
-        from workbench import records
-
-        return records.checkpoint_step(self.run_dir)
+        return RunDir(self.run_dir).checkpoint_step()
 
     @property
     def history(self):
@@ -400,7 +398,7 @@ class Run:
         """After a failure: stop every task. Synchronous peers blocked in a collective never
         return, so engines still busy after a grace period are killed (local ones, by PID)
         and replaced on the next use of the cluster."""
-        (self.run_dir / "STOP").touch()
+        RunDir(self.run_dir).request_stop()
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline and not all(ar.ready() for ar in self._results.values()):
             time.sleep(_POLL)
@@ -413,21 +411,17 @@ class Run:
             self._error = self._error or RunStopped(f"Run {self.id}: the cluster was stopped")
 
     def _write_record(self):
-        record = {
-            "run_id": self.id, "strategy": self.job.strategy, "workers": self.job.workers,
-            "ps": self.job.ps, "steps": self.job.steps, "final_step": self.final_step,
-            "started": self._started, "finished": self._finished,
+        record: ResultRecord = {
+            "final_step": self.final_step, "finished": self._finished,
             "error": None if self._error is None else str(self._error).splitlines()[0],
             "stopped": self.stopped,
             "evaluation": self.evaluation,
         }
+        run_dir = RunDir(self.run_dir)
         try:
             for r in self._outcome.values():  # the final weights, for kernels that load the run later
                 if r.get("weights") is not None:
-                    import numpy as np
-
-                    with open(self.run_dir / "weights.npz", "wb") as f:
-                        np.savez(f, *r["weights"])
-            (self.run_dir / "result.json").write_text(json.dumps(record, indent=1))
+                    run_dir.write_weights(r["weights"])
+            run_dir.write_result(record)
         except OSError:
             pass

@@ -1,6 +1,6 @@
 """HTTP API of the Workbench panel, under ``/workbench/api``:
 
-- ``GET  state``: clusters and the newest runs (``workbench.records.Records.state``);
+- ``GET  state``: clusters and the newest runs (``workbench.store.Records.state``);
 - ``POST runs/<id>/stop``: ask a running run to stop;
 - ``POST runs/<id>/tensorboard``: start (or reuse) TensorBoard on the run's logs, on
   127.0.0.1; returns its URL. TensorBoard processes end with the server.
@@ -11,13 +11,17 @@ import json
 import re
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
 from workbench import tensorboard
-from workbench.records import Records
+from workbench.store import Records, RunDir, RunSummary
+
+if TYPE_CHECKING:
+    from jupyter_server.serverapp import ServerApp
 
 RUN_ID = r"[A-Za-z0-9_~-][A-Za-z0-9_.~-]*"  # what a run directory may be called (not "..")
 URL_RUN_ID = r"[^/]+"  # checked against RUN_ID in the handler: a clear 400, not a bare 404
@@ -25,19 +29,19 @@ URL_RUN_ID = r"[^/]+"  # checked against RUN_ID in the handler: a clear 400, not
 
 class _Base(APIHandler):
     @property
-    def records(self):
+    def records(self) -> Records:
         return self.settings["workbench_records"]
 
-    def _run(self, run_id):
+    def _run(self, run_id: str) -> RunSummary:
         if not re.fullmatch(RUN_ID, run_id):
             raise web.HTTPError(400, f"run id {run_id!r} is not a workbench run id")
-        run_dir = self.records.home / "runs" / run_id
-        run = self.records.run(run_dir) if run_dir.is_dir() else None
+        run_dir = self.records.store.run(run_id)
+        run = self.records.run(run_dir) if run_dir.path.is_dir() else None
         if run is None:
-            raise web.HTTPError(404, f"no run {run_id!r} under {self.records.home / 'runs'}")
+            raise web.HTTPError(404, f"no run {run_id!r} under {self.records.store.runs_dir}")
         return run
 
-    def _api_path(self, path):
+    def _api_path(self, path: str | None) -> str | None:
         """A notebook's OS path as a path under the server's root, or None outside it."""
         if not path:
             return None
@@ -50,7 +54,7 @@ class _Base(APIHandler):
 
 class StateHandler(_Base):
     @web.authenticated
-    def get(self):
+    def get(self) -> None:
         state = self.records.state()
         for item in state["runs"] + state["clusters"]:
             item["notebook"] = self._api_path(item.get("notebook"))
@@ -59,19 +63,19 @@ class StateHandler(_Base):
 
 class StopHandler(_Base):
     @web.authenticated
-    def post(self, run_id):
+    def post(self, run_id: str) -> None:
         run = self._run(run_id)
         if run["status"] != "running":
             raise web.HTTPError(409, f"run {run_id} is {run['status']}, not running")
-        (Path(run["run_dir"]) / "STOP").touch()
+        RunDir(run["run_dir"]).request_stop()
         self.finish(json.dumps({"run_id": run_id, "stopping": True}))
 
 
 class TensorBoardHandler(_Base):
     @web.authenticated
-    async def post(self, run_id):
+    async def post(self, run_id: str) -> None:
         run = self._run(run_id)
-        logdir = Path(run["run_dir"]) / "tensorboard"
+        logdir = RunDir(run["run_dir"]).tensorboard_dir
         if not logdir.is_dir():
             raise web.HTTPError(404, f"run {run_id} wrote no TensorBoard logs ({logdir} is missing)")
         process, port = tensorboard.serve(logdir)
@@ -88,7 +92,7 @@ class TensorBoardHandler(_Base):
         self.finish(json.dumps({"run_id": run_id, "url": f"http://127.0.0.1:{port}/"}))
 
 
-def setup(serverapp):
+def setup(serverapp: "ServerApp") -> None:
     web_app = serverapp.web_app
     web_app.settings["workbench_records"] = Records()
     base = url_path_join(web_app.settings["base_url"], "workbench", "api")

@@ -13,7 +13,6 @@ SPEC = spec("multi_worker_mirrored")
 from typing import TYPE_CHECKING  # noqa: E402
 
 if TYPE_CHECKING:
-    from workbench.common.job import Job
     from workbench.common.protocols import TaskContext, TaskResult
 
 

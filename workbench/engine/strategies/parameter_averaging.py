@@ -16,7 +16,6 @@ SPEC = spec("parameter_averaging")
 from typing import TYPE_CHECKING  # noqa: E402
 
 if TYPE_CHECKING:
-    from workbench.common.job import Job
     from workbench.common.protocols import TaskContext, TaskResult
 
 

@@ -13,7 +13,6 @@ SPEC = spec("parameter_server")
 from typing import TYPE_CHECKING, Union  # noqa: E402
 
 if TYPE_CHECKING:
-    from workbench.common.job import Job
     from workbench.common.protocols import ServerResult, TaskContext, TaskResult
 
 

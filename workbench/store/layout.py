@@ -1,0 +1,247 @@
+"""Where everything lives under ``$WORKBENCH_HOME``: ``Home`` names its folders and the
+cluster records, ``RunDir`` every file of one run directory. Nothing else spells these
+paths."""
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from workbench.store import files
+from workbench.store.schema import ClusterRecord, ResultRecord, RunRecord
+
+
+def home() -> Path:
+    """``$WORKBENCH_HOME``, or ``~/.workbench``: never the user's own IPython directory."""
+    return Path(os.environ.get("WORKBENCH_HOME") or Path.home() / ".workbench")
+
+
+class Home:
+    """The workbench home: ``runs/<run id>/`` (one ``RunDir`` each), ``clusters/<id>.json``
+    (``ClusterRecord``) and ``clusters/<id>.pids`` (the PIDs a kernel's reaper ends),
+    ``ipython/profile_workbench/`` (the ipyparallel profile of local clusters)."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = Path(path) if path is not None else home()
+
+    def __repr__(self) -> str:
+        return f"Home({str(self.path)!r})"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.path / "runs"
+
+    @property
+    def clusters_dir(self) -> Path:
+        return self.path / "clusters"
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.path / "ipython" / "profile_workbench"
+
+    def run(self, run_id: str) -> "RunDir":
+        return RunDir(self.runs_dir / run_id)
+
+    def run_dirs(self) -> list["RunDir"]:
+        """Every run directory, newest first (run ids start with their start time)."""
+        try:
+            dirs = [d for d in self.runs_dir.iterdir() if d.is_dir()]
+        except OSError:
+            return []
+        return [RunDir(d) for d in sorted(dirs, key=lambda d: d.name, reverse=True)]
+
+    # -- cluster records ----------------------------------------------------------------
+    def cluster_record(self, cluster_id: str) -> Path:
+        return self.clusters_dir / f"{cluster_id}.json"
+
+    def pidfile(self, cluster_id: str) -> Path:
+        return self.clusters_dir / f"{cluster_id}.pids"
+
+    def write_cluster(self, record: ClusterRecord) -> Path:
+        """Write (or replace) a cluster's record; returns its path."""
+        path = self.cluster_record(record["id"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        files.write_json(path, record)
+        return path
+
+    def cluster_records(self) -> list[ClusterRecord]:
+        """Every cluster record on disk, alive or not, by id."""
+        out = []
+        for path in sorted(self.clusters_dir.glob("*.json")):
+            record = files.read_json(path)
+            if record is not None:
+                out.append(record)
+        return out
+
+    def write_pids(self, cluster_id: str, pids: set[int]) -> Path:
+        path = self.pidfile(cluster_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        files.write_text(path, " ".join(str(p) for p in sorted(pids)))
+        return path
+
+
+class RunDir:
+    """One run directory: ``run.json`` (``RunRecord``, written at launch), ``job.pkl`` (the
+    cloudpickled job, so that any kernel can resume it), ``metrics/<task>.jsonl`` (a row per
+    step and worker, and events), ``checkpoints/``, ``tensorboard/``, ``STOP`` (asks every
+    task to stop at its next agreed step), and once the run has ended ``result.json``
+    (``ResultRecord``) and ``weights.npz``. Whole files are written atomically; the metrics
+    files are appended to, a line at a time, by their task alone."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    # -- paths --------------------------------------------------------------------------
+    @property
+    def run_json(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def result_json(self) -> Path:
+        return self.path / "result.json"
+
+    @property
+    def job_pkl(self) -> Path:
+        return self.path / "job.pkl"
+
+    @property
+    def weights_npz(self) -> Path:
+        return self.path / "weights.npz"
+
+    @property
+    def stop_file(self) -> Path:
+        return self.path / "STOP"
+
+    @property
+    def metrics_dir(self) -> Path:
+        return self.path / "metrics"
+
+    def metrics_file(self, task: str) -> Path:
+        """The rows and events of task ``task`` ("worker:0")."""
+        return self.metrics_dir / f"{task}.jsonl"
+
+    def metrics_files(self) -> list[Path]:
+        return sorted(self.metrics_dir.glob("*.jsonl"))
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.path / "tensorboard"
+
+    def exists(self) -> bool:
+        """Is this a run's directory (its ``run.json`` written)?"""
+        return self.run_json.exists()
+
+    # -- stopping -----------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Ask every task of the run to stop at its next agreed step (they poll
+        ``stop_requested``), keeping a checkpoint. Whoever asks: notebook, CLI, panel."""
+        self.stop_file.touch()
+
+    def stop_requested(self) -> bool:
+        return self.stop_file.exists()
+
+    def clear_stop(self) -> None:
+        """Before a (re)launch: a stop asked of an earlier attempt does not stop this one."""
+        self.stop_file.unlink(missing_ok=True)
+
+    # -- records ------------------------------------------------------------------------
+    def read_run(self) -> RunRecord | None:
+        return files.read_json(self.run_json)
+
+    def write_run(self, record: RunRecord) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        files.write_json(self.run_json, record)
+
+    def read_result(self) -> ResultRecord | None:
+        return files.read_json(self.result_json)
+
+    def write_result(self, record: ResultRecord) -> None:
+        files.write_json(self.result_json, record)
+
+    def ended(self) -> bool:
+        """Has the kernel that watched the run recorded its end?"""
+        return self.result_json.exists()
+
+    def write_job(self, payload: bytes) -> None:
+        files.write_bytes(self.job_pkl, payload)
+
+    def read_job(self) -> bytes:
+        return self.job_pkl.read_bytes()
+
+    def write_weights(self, weights: list[Any]) -> None:
+        """The final weights, as numpy arrays in ``run.weights()`` order."""
+        import io
+
+        import numpy as np
+
+        buffer = io.BytesIO()
+        np.savez(buffer, *weights)
+        files.write_bytes(self.weights_npz, buffer.getvalue())
+
+    def read_weights(self) -> list[Any] | None:
+        """The final weights, or None when the run ended without them (lost, failed)."""
+        import numpy as np
+
+        try:
+            with np.load(self.weights_npz) as f:
+                return [f[f"arr_{i}"] for i in range(len(f.files))]
+        except FileNotFoundError:
+            return None
+
+    def forget_end(self) -> None:
+        """The run is live again (a resume): its end and final weights are no longer true."""
+        self.result_json.unlink(missing_ok=True)
+        self.weights_npz.unlink(missing_ok=True)
+
+    # -- checkpoints and metrics --------------------------------------------------------
+    def checkpoint_step(self) -> int | None:
+        """The step of the run's last checkpoint (what a resume starts from), or None. Read
+        from TensorFlow's ``checkpoints/checkpoint`` text file: no TensorFlow needed."""
+        try:
+            text = (self.checkpoints_dir / "checkpoint").read_text()
+        except OSError:
+            return None
+        m = re.search(r'^model_checkpoint_path:\s*"[^"]*ckpt-(\d+)"', text, re.M)
+        return int(m.group(1)) if m else None
+
+    def read_metrics(self, offsets: dict[str, int]) -> dict[str, list[dict]]:
+        """The rows and events appended to the metrics files since ``offsets`` (per-file
+        read offsets, updated in place): ``{"rows": [...], "events": [...]}``."""
+        rows, events = [], []
+        for path in self.metrics_files():
+            read, offsets[path.name] = files.read_lines(path, offsets.get(path.name, 0))
+            for row in read:
+                if "step" in row:
+                    rows.append(row)
+                elif "event" in row:
+                    events.append(row["event"])
+        return {"rows": rows, "events": events}
+
+    def truncate(self, step: int) -> None:
+        """Drop the metrics rows and events after ``step`` (a resume starts after it): steps
+        an interrupted attempt did past its last checkpoint are done again, and the history
+        keeps each step once."""
+        import json
+
+        for path in self.metrics_files():
+            kept = []
+            for line in path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short when its engine or kernel died
+                at = row["step"] if "step" in row else (row.get("event") or {}).get("step")
+                if at is None or at <= step:
+                    kept.append(line + "\n")
+            files.write_text(path, "".join(kept))
