@@ -5,26 +5,22 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from typing import Any
+
 import cloudpickle
 
 from workbench import records
-from workbench.common import roles
 from workbench.engine import entry, strategies
 from workbench.errors import EngineError
 from workbench.kernel.run import Run
 
 
-def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_timeout=180.0):
+def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = None, stall_timeout: float = 60.0,
+           start_timeout: float = 180.0) -> Run:
     """Start ``job`` on ``cluster``'s engines and return its ``Run`` (``resume``: continue
     from the run directory's last checkpoint, up to ``steps``)."""
     adapter = strategies.get(job.strategy)
-    # strategies with the same roles (MWMS and parameter averaging; single and mirrored)
-    # leave the same TF state: one may reuse the engines the other left
-    topology = (adapter.ROLES, job.workers, job.ps, job.devices)
-    tasks = roles.best_plan(list(cluster._info.values()), cluster._state, cluster._last_engines.get(topology),
-                            adapter.ROLES, job.workers, job.ps, adapter.MULTI_ENGINE, devices=job.devices)
-    tasks = cluster.prepare(tasks)
-    cluster._last_engines[topology] = [t.engine_id for t in tasks]
+    tasks = cluster.pool.plan(adapter.ROLES, job.workers, job.ps, adapter.MULTI_ENGINE, devices=job.devices)
     if resume:
         job = replace(job, resume=True, steps=steps or job.steps,
                       run_id=job.run_id.split("~")[0] + f"~{int(time.time())}")
@@ -45,7 +41,7 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
     tmp.write_bytes(payload)
     tmp.replace(run_dir / "job.pkl")
     _write_record(cluster, job, tasks)
-    cluster.mark(tasks)
+    cluster.pool.mark(tasks)
     results = {}
     servers = [t for t in tasks if job.strategy == "parameter_server" and t.role != "chief"]
     for t in servers:  # PS and worker servers first: the coordinator connects to them
@@ -54,7 +50,7 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
         try:
             results[t.name].get(timeout=start_timeout)
         except Exception as e:
-            cluster._condemn([s.engine_id for s in servers])
+            cluster.pool.condemn([s.engine_id for s in servers])
             raise EngineError(f"{t.name} (engine {t.engine_id}) could not start its TF server: {e}",
                               role=t.role, task=t.index, engine_id=t.engine_id,
                               remote_traceback=getattr(e, "traceback", "") or "") from None

@@ -8,7 +8,6 @@ same read side as a live ``Run`` (``history``, ``events``, ``placement``, ``eval
 """
 
 import difflib
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,8 @@ from types import SimpleNamespace
 
 from workbench import records
 from workbench.errors import RunStopped, invalid
+from workbench.kernel import reattach
+from workbench.kernel.metrics_files import read_metrics
 from workbench.kernel.run import Run
 
 
@@ -49,40 +50,12 @@ def resolve(run_id, home=None):
                   + (f"the closest are: {', '.join(close)}" if close else "there is none yet"))
 
 
-def read_metrics(run_dir, offsets):
-    """The rows and events appended to a run's ``metrics/*.jsonl`` since ``offsets`` (a dict
-    of per-file read offsets, updated), as ``Run._merge`` takes them."""
-    rows, events = [], []
-    for path in sorted((Path(run_dir) / "metrics").glob("*.jsonl")):
-        offset = offsets.get(path.name, 0)
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                chunk = f.read()
-        except OSError:
-            continue
-        end = chunk.rfind(b"\n") + 1  # a line being written is read next time
-        offsets[path.name] = offset + end
-        for line in chunk[:end].splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if "step" in row:
-                rows.append(row)
-            elif "event" in row:
-                events.append(row["event"])
-    return {"rows": rows, "events": events}
-
-
 def load(run_id, home=None):
     """The run ``run_id`` (a unique prefix is enough), read back from its run directory:
     status, ``history``, ``events``, ``placement``, ``evaluation``, ``weights()``,
     ``dashboard()``. Works for running, finished, stopped, failed and lost runs, whichever
     kernel started them. A run still training on a cluster this kernel has attached to
     (``wb.Cluster(profile=...)``) comes back live: its dashboard updates and ``stop()`` works."""
-    from workbench.kernel import reattach
-
     run_dir = resolve(run_id, home)
     live = reattach.find(run_dir)
     return live if live is not None else RecordedRun(run_dir)
@@ -275,11 +248,11 @@ def resume(cluster, run, steps=None, workers=None, ps=None, stall_timeout=60.0, 
         raise invalid("steps", steps, f"at least {saved}, the step of the run's last checkpoint")
     job = _retopology(job, workers, ps)
     adapter = strategies.get(job.strategy)
-    validate.topology(job.strategy, job.workers, job.ps, adapter, available=len(cluster._info))
+    validate.topology(job.strategy, job.workers, job.ps, adapter, available=len(cluster.engine_info))
     stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
     start_timeout = validate.positive_float("start_timeout", start_timeout)
     job = replace(job, run_dir=str(run_dir))  # where it is now (a home may have moved)
-    return cluster._launch(job, resume=True, steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
+    return cluster.launch(job, resume=True, steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
 
 
 # what a resume may change: the number of synchronous workers (the model's variables are
