@@ -3,11 +3,12 @@
 import os
 import signal
 import time
+from typing import Callable, Iterable
 
 from workbench.errors import ClusterError
 
 
-def alive(pid):
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -21,7 +22,7 @@ def alive(pid):
         return True
 
 
-def family(pids):
+def family(pids: Iterable[int]) -> set[int]:
     """``pids`` and all their descendants."""
     import psutil
 
@@ -34,7 +35,7 @@ def family(pids):
     return out
 
 
-def reap(pids, deadline):
+def reap(pids: Iterable[int | None], deadline: float) -> None:
     """Wait for ``pids`` (processes this object started) to exit; SIGKILL any left."""
     pids = {p for p in pids if p}
     end = time.monotonic() + deadline
@@ -48,7 +49,7 @@ def reap(pids, deadline):
                 pass
 
 
-def wait_until(cond, timeout, what):
+def wait_until(cond: Callable[[], object], timeout: float, what: Callable[[], str]) -> None:
     end = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > end:
