@@ -8,7 +8,7 @@ from typing import Any
 from workbench.common import roles
 from workbench.common import validate
 from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, invalid
-from workbench.kernel import home, live, recorded, remote
+from workbench.kernel import home, live, reaper, recorded, remote
 from workbench.kernel.launch import launch as start_run
 from workbench.kernel.pool import EnginePool
 from workbench.kernel.processes import family, reap
@@ -200,17 +200,11 @@ class Cluster:
         """A watchdog that ends this cluster's processes if this kernel dies without
         stopping it (see ``workbench.kernel.reaper``)."""
         import os
-        import subprocess
-        import sys
 
         self._pidfile = home.home() / "clusters" / f"{self._ipp.cluster_id}.pids"
         self._pidfile.parent.mkdir(parents=True, exist_ok=True)
         self._write_pidfile()
-        self._reaper = subprocess.Popen(
-            [sys.executable, "-m", "workbench.kernel.reaper", str(os.getpid()), str(self._pidfile)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a Ctrl-C in the kernel's terminal must not reach it
-        )
+        self._reaper = reaper.spawn("workbench.kernel.reaper", str(os.getpid()), str(self._pidfile))
 
     def _collect_pids(self):
         """Add the PIDs of the processes local launchers started (the controller, local
