@@ -1,5 +1,8 @@
-"""What many tests check or wait for: the one deadline loop and the one weight comparison."""
+"""What many tests check or wait for: the one deadline loop, the one weight comparison, and
+the one way a test ends a process tree it started."""
 
+import signal
+import subprocess
 import time
 
 import numpy as np
@@ -15,6 +18,22 @@ def wait_for(condition, timeout, what, every=0.05):
             return value
         assert time.monotonic() < end, f"timed out after {timeout} s waiting for {what()}"
         time.sleep(every)
+
+
+def stop_process_tree(proc, what, ask=signal.SIGTERM, timeout=60):
+    """End ``proc`` (a Popen this test started) and wait until it and every process it had
+    started are gone: ``ask`` first (it stops its own children), SIGKILL after ``timeout``;
+    past the deadline, an AssertionError naming ``what`` is left."""
+    from workbench.kernel.processes import alive, family
+
+    processes = family([proc.pid])
+    proc.send_signal(ask)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    wait_for(lambda: not [p for p in processes if alive(p)], timeout,
+             lambda: f"{what} still running: {[p for p in processes if alive(p)]}")
 
 
 def relative_difference(a, b):

@@ -10,6 +10,7 @@ import urllib.request
 
 import pytest
 from browser_tools import CHROMIUM, ROOT, free_port, wait_for
+from checks import stop_process_tree
 
 # Profiles, connection files and run directories of the suite live in a private place,
 # never in the user's ~/.ipython or ~/.workbench.
@@ -60,17 +61,8 @@ def lab(tmp_path):
         wait_for(up, 120, lambda: (tmp_path / "lab.log").read_text()[-2000:])
         assert server.poll() is None, (tmp_path / "lab.log").read_text()[-3000:]
         yield base, token, server
-    finally:
-        from workbench.kernel.processes import alive, family
-
-        processes = family([server.pid])
-        server.terminate()  # the server shuts its kernels down; each stops its cluster
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        wait_for(lambda: not [p for p in processes if alive(p)], 60,
-                 lambda: f"processes left behind by the notebook: {[p for p in processes if alive(p)]}")
+    finally:  # the server shuts its kernels down; each stops its cluster
+        stop_process_tree(server, "processes left behind by the notebook")
 
 
 @pytest.fixture

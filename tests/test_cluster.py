@@ -143,8 +143,10 @@ def test_a_killed_kernel_leaves_nothing_running(tmp_path):
 def test_every_engine_state_has_a_description():
     """``cluster.engines`` and the panel's record describe each TF state an engine can be in,
     the condemned one included (it once raised IndexError)."""
-    from workbench.kernel.cluster import _describe_state
+    from workbench.kernel.pool import TFState
 
     worker = json.dumps({"cluster": {}, "task": {"type": "worker", "index": 1}})
-    assert [_describe_state(s) for s in (None, ("local", 0), ("local", 2), ("cluster", worker), ("dirty",))] == [
+    states = [TFState(fp) for fp in (None, ("local", 0), ("local", 2), ("cluster", worker))]
+    states.append(TFState(("cluster", worker), usable=False))
+    assert [s.describe() for s in states] == [
         "fresh", "local TF", "local TF (2 logical CPUs)", "cluster worker:1", "unusable, to be replaced"]

@@ -29,7 +29,7 @@ def cluster():
 
 def kill(cluster, run, role, index):
     task = next(t for t in run.tasks if (t.role, t.index) == (role, index))
-    os.kill(cluster._info[task.engine_id].pid, signal.SIGKILL)  # an engine this test's cluster started
+    os.kill(cluster.engine_info[task.engine_id].pid, signal.SIGKILL)  # an engine this test's cluster started
     return task
 
 

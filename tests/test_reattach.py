@@ -13,7 +13,7 @@ import pytest
 import workbench as wb
 from workbench.kernel.recorded import RecordedRun
 from workbench.kernel.run import Run
-from checks import wait_for
+from checks import stop_process_tree, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -45,17 +45,8 @@ def ipcluster():
         wait_for(lambda: os.path.isdir(security) and any(f.endswith("-client.json") for f in os.listdir(security)),
                  120, lambda: f"the controller's connection file in {security}; ipcluster exit code {proc.poll()}")
         yield proc
-    finally:
-        from workbench.kernel.processes import alive, family
-
-        processes = family([proc.pid])
-        proc.send_signal(signal.SIGINT)  # ipcluster stops its engines and controller
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        wait_for(lambda: not [p for p in processes if alive(p)], 60,
-                 lambda: f"ipcluster's processes still up: {[p for p in processes if alive(p)]}")
+    finally:  # on SIGINT ipcluster stops its engines and controller
+        stop_process_tree(proc, "ipcluster's processes", ask=signal.SIGINT)
 
 
 def test_a_run_on_an_attached_cluster_is_picked_up_live_after_its_kernel_dies(ipcluster):

@@ -29,7 +29,7 @@ def cluster():
 
 
 def cluster_processes(c):
-    return family({c._ipp.controller.pid} | {i.pid for i in c._info.values()})
+    return family({c._ipp.controller.pid} | {i.pid for i in c.engine_info.values()})
 
 
 def listening(pids):
@@ -95,7 +95,7 @@ def test_the_cluster_listens_on_loopback_except_tensorflows_own_servers(cluster)
                   checkpoint_every=0, dashboard=False).wait(timeout=300)
     sockets = listening(cluster_processes(cluster))
     assert sockets, "found no listening sockets at all"
-    tf_ports = {i.port for i in cluster._info.values()}
+    tf_ports = {i.port for i in cluster.engine_info.values()}
     open_ = {(ip, port) for _, ip, port in sockets if not ip.startswith("127.")}
     assert {port for _, port in open_} <= tf_ports, open_
     assert all(ip in ("0.0.0.0", "::") for ip, _ in open_), open_

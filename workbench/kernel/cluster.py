@@ -2,27 +2,25 @@
 or an existing profile; engines that report what they are; TF state tracked per engine."""
 
 import atexit
-import warnings
-import weakref
 from pathlib import Path
+from typing import Any
 
 from workbench.common import roles
 from workbench.common import validate
-from workbench.engine import inventory
 from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, invalid
-from workbench.kernel import home
-from workbench.kernel.processes import alive, family, reap, wait_until
-from workbench.kernel import remote
+from workbench.kernel import home, live, reaper, recorded, remote
+from workbench.kernel.launch import launch as start_run
+from workbench.kernel.pool import EnginePool
+from workbench.kernel.processes import family, reap
+from workbench.kernel.run import Run
+from workbench.kernel import train as training
 from workbench.store import ClusterRecord, Home
 
-_LIVE = weakref.WeakSet()
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
-
-def _stop_all():
+def _stop_all() -> None:
     """At interpreter exit: stop every cluster this process started, quietly. Runs still
     training end as stopped by the cluster (their run directories say so)."""
-    clusters = list(_LIVE)
+    clusters = live.clusters()
     for cluster in clusters:
         try:
             cluster.stop()
@@ -30,10 +28,10 @@ def _stop_all():
             pass
     for cluster in clusters:
         for run in cluster.runs:
-            run._done.wait(5)  # the watcher records the run's end before the interpreter tears down
+            run.join(5)  # the watcher records the run's end before the interpreter tears down
 
 
-def _stop_all_at_exit():
+def _stop_all_at_exit() -> None:
     """Register ``_stop_all`` (again) now that ipyparallel and pyzmq are imported: atexit
     runs handlers last-registered first, so it runs before pyzmq's garbage collector stops
     (after which freeing a zero-copy message prints ``RuntimeError: zmq gc socket requested
@@ -62,8 +60,9 @@ class Cluster:
     started are stopped at interpreter exit.
     """
 
-    def __init__(self, engines=None, *, profile=None, cluster_id=None, launcher="local",
-                 controller="local", timeout=120, hosts=None, **ipp_options):
+    def __init__(self, engines: int | None = None, *, profile: str | None = None, cluster_id: str | None = None,
+                 launcher: str = "local", controller: str = "local", timeout: float = 120,
+                 hosts: dict[str, int] | None = None, **ipp_options: Any) -> None:
         if hosts is not None:
             engines = remote.check_hosts(hosts, engines, launcher)
         self.attached = profile is not None and engines is None
@@ -86,21 +85,18 @@ class Cluster:
         self.ipp_options = ipp_options
         self.client = None
         self._ipp = None
-        self._info = {}  # engine id -> roles.EngineInfo
-        self._env = {}  # engine id -> environment set before TF import
-        self._state = {}  # engine id -> TF state fingerprint (None: no TF state yet)
+        # the engines and their TF state; their processes stay this object's (``_restart``)
+        self.pool = EnginePool(self.timeout, is_local=self._is_local, restart=self._restart,
+                               on_change=self._write_record, tag=lambda: self.cluster_tag,
+                               controller_host=self._controller_host)
         self._pids = set()  # local pids this object started
-        self._retired = set()  # engine ids replaced by recycling
-        self._busy = set()  # attached: engines busy with a run of another kernel
         self._pidfile = None  # the reaper's list of this cluster's PIDs
         self._record = None  # clusters/<id>.json, what the Workbench panel shows
         self._reaper = None
-        self._last_engines = {}  # (roles, workers, ps, devices) -> engine ids of its last run
-        self.runs = []
-        self._warned = False  # the once-per-cluster warning about TF servers on a network
+        self.runs: list[Run] = []
 
     # -- lifecycle -------------------------------------------------------------------
-    def start(self):
+    def start(self) -> "Cluster":
         """Start (or attach to) the cluster and take the engines' inventory. Returns self."""
         if self.client is not None:
             return self
@@ -114,11 +110,12 @@ class Cluster:
                 raise ClusterError(f"Could not attach to ipyparallel profile {self.profile!r}: {e}") from e
         else:
             self._start_own(ipp)
-        _LIVE.add(self)
+        live.add(self)
+        self.pool.connect(self.client)
         try:
             if self.attached:
                 self.client.wait_for_engines(1, timeout=self.timeout, interactive=False)
-            self._take_inventory([e for e in self.client.ids if e not in self._find_busy()])
+            self.pool.take_inventory([e for e in self.client.ids if e not in self._find_busy()])
         except BaseException:
             self.stop()
             raise
@@ -130,9 +127,14 @@ class Cluster:
         ``engine_info`` when their run is re-attached (``wb.load``)."""
         if not self.attached:
             return set()
-        status = self.client.queue_status()
-        self._busy = {e for e, s in status.items() if isinstance(s, dict) and s.get("queue")}
-        return self._busy
+        return self.pool.find_busy(self.client.queue_status())
+
+    def new_client(self) -> Any:
+        """Another ipyparallel client of this (attached) cluster, for a thread of its own:
+        clients are not thread-safe."""
+        import ipyparallel as ipp
+
+        return ipp.Client(profile=self.profile, cluster_id=self._find_cluster_id())
 
     def _find_cluster_id(self):
         """The given cluster id, or the only cluster running in the profile."""
@@ -199,16 +201,10 @@ class Cluster:
         """A watchdog that ends this cluster's processes if this kernel dies without
         stopping it (see ``workbench.kernel.reaper``)."""
         import os
-        import subprocess
-        import sys
 
         self._pidfile = Home().pidfile(self._ipp.cluster_id)
         self._write_pidfile()
-        self._reaper = subprocess.Popen(
-            [sys.executable, "-m", "workbench.kernel.reaper", str(os.getpid()), str(self._pidfile)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a Ctrl-C in the kernel's terminal must not reach it
-        )
+        self._reaper = reaper.spawn("workbench.kernel.reaper", str(os.getpid()), str(self._pidfile))
 
     def _collect_pids(self):
         """Add the PIDs of the processes local launchers started (the controller, local
@@ -230,12 +226,12 @@ class Cluster:
         self._collect_pids()
         Home().write_pids(self._ipp.cluster_id, self._pids - {None})
 
-    def stop(self):
+    def stop(self) -> None:
         """Stop the controller and engines this object started (by PID, waiting until they
         are gone); an attached cluster is only disconnected."""
-        _LIVE.discard(self)
+        live.discard(self)
         for run in self.runs:
-            run._abandon()
+            run.abandon()
         if self.client is not None:
             try:
                 self.client.close()
@@ -246,8 +242,7 @@ class Cluster:
         if self._record is not None:
             self._record.unlink(missing_ok=True)
             self._record = None
-        self._info.clear()
-        self._state.clear()
+        self.pool.clear()
 
     def _stop_own(self):
         if self._ipp is None:
@@ -277,14 +272,14 @@ class Cluster:
                 self._reaper.wait(5)
             self._reaper = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Cluster":
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     @property
-    def running(self):
+    def running(self) -> bool:
         return self.client is not None
 
     # -- inventory -------------------------------------------------------------------
@@ -296,50 +291,15 @@ class Cluster:
             return "127.0.0.1"
         return remote.controller_address(getattr(self.client, "_config", {}) or {})
 
-    def _take_inventory(self, ids, keep_ports=None):
-        """Ask engines ``ids`` what they are, then set their lifetime environment.
-
-        ``keep_ports`` ({host: [port, ...]}) hands replaced engines' ports to new engines
-        on the same host, so that the TF cluster spec of the other engines stays valid.
-        """
-        ids = list(ids)
-        if not ids:  # attached, every engine busy with a run of another kernel
-            self._write_record()
-            return
-        reports = self.client[ids].apply_async(inventory.report, self._controller_host()).get(timeout=self.timeout)
-        taken = {(e.host, e.port) for e in self._info.values()}
-        for eid, r in zip(ids, reports):
-            reuse = (keep_ports or {}).get(r["host"])
-            port = reuse.pop(0) if reuse else r["port"]
-            while (r["host"], port) in taken:  # engines on one host pick ports independently
-                port = self.client[eid].apply_sync(inventory.free_port)
-            taken.add((r["host"], port))
-            self._info[eid] = roles.EngineInfo(
-                id=eid, host=r["host"], address=r["address"], pid=r["pid"], port=port,
-                gpus=tuple(r["gpus"]), cpus=r["cpus"], tmp=r["tmp"],
-            )
-            self._state[eid] = None
-        # GPU ranks are by engine id per host, so engines that join later do not move others'
-        envs = roles.engine_env(list(self._info.values()), self.cluster_tag)
-        pending = []
-        for eid in ids:
-            self._env[eid] = envs[eid]
-            pending.append(self.client[eid].apply_async(inventory.configure, envs[eid]))
-        for ar in pending:
-            ar.get(timeout=self.timeout)
-        if not self._warned:
-            self._warned = warn_if_exposed(self._info.values())
-        self._write_record()
-
     def _write_record(self):
         """``clusters/<id>.json`` under the workbench home: this cluster's engines and
         their TF state (role of their latest run), for the Workbench panel
         (``workbench.store``); removed on stop."""
         import os
 
-        engines = [{"id": eid, "host": e.host, "pid": e.pid, "role": _describe_state(self._state.get(eid)),
-                    "device": f"GPU {cvd}" if (cvd := self._env.get(eid, {}).get("CUDA_VISIBLE_DEVICES")) else "CPU"}
-                   for eid, e in sorted(self._info.items())]
+        engines = [{"id": e["engine"], "host": e["host"], "pid": e["pid"], "role": e["tf_state"],
+                    "device": f"GPU {cvd}" if (cvd := e["cuda_visible_devices"]) else "CPU"}
+                   for e in self.pool.describe()]
         record: ClusterRecord = {
             "id": self.cluster_tag, "kernel_pid": os.getpid(), "notebook": os.environ.get("JPY_SESSION_NAME"),
             "controller_pid": getattr(self._ipp.controller, "pid", None) if self._ipp is not None else None,
@@ -365,138 +325,86 @@ class Cluster:
         return "\n".join(out)
 
     @property
-    def cluster_tag(self):
+    def cluster_tag(self) -> str:
         if self._ipp is not None:
             return self._ipp.cluster_id
         return self.cluster_id or (self.profile or "attached")
 
     @property
-    def engine_info(self):
+    def engine_info(self) -> dict[int, roles.EngineInfo]:
         """``{engine id: EngineInfo}`` of the engines in use."""
-        return dict(self._info)
+        return self.pool.info
 
     @property
-    def engines(self):
+    def engines(self) -> Any:
         """One row per engine: id, host, address, pid, port, gpus, visible GPU, TF state."""
         import pandas as pd
 
-        rows = []
-        for eid, e in sorted(self._info.items()):
-            rows.append({
-                "engine": eid, "host": e.host, "address": e.address, "pid": e.pid,
-                "tf_port": e.port, "cpus": e.cpus,
-                "gpus": ",".join(map(str, e.gpus)) or "-",
-                "cuda_visible_devices": self._env.get(eid, {}).get("CUDA_VISIBLE_DEVICES", "-"),
-                "tf_state": _describe_state(self._state.get(eid)),
-            })
+        rows = [dict(e, gpus=",".join(map(str, e["gpus"])) or "-",
+                     cuda_visible_devices=e["cuda_visible_devices"] or "-")
+                for e in self.pool.describe()]
         return pd.DataFrame(rows).set_index("engine") if rows else pd.DataFrame()
 
-    def __repr__(self):
-        head = f"<workbench.Cluster {self._kind()} {'running' if self.running else 'stopped'}, {len(self._info)} engines>"
-        return head if not self._info else f"{head}\n{self.engines.to_string()}"
+    def __repr__(self) -> str:
+        head = f"<workbench.Cluster {self._kind()} {'running' if self.running else 'stopped'}, {len(self.pool)} engines>"
+        return head if not len(self.pool) else f"{head}\n{self.engines.to_string()}"
 
-    def _repr_html_(self):
-        head = f"<b>workbench.Cluster</b> {self._kind()}, {'running' if self.running else 'stopped'}, {len(self._info)} engines"
-        return head if not self._info else head + self.engines.to_html()
+    def _repr_html_(self) -> str:
+        head = f"<b>workbench.Cluster</b> {self._kind()}, {'running' if self.running else 'stopped'}, {len(self.pool)} engines"
+        return head if not len(self.pool) else head + self.engines.to_html()
 
     def _kind(self):
         if self.attached:
             return f"attached to profile {self.profile!r}"
         return "local" if self.launcher == "local" else f"launcher={self.launcher!r}"
 
-    # -- engine recycling --------------------------------------------------------------
+    # -- engines ----------------------------------------------------------------------
     def _require_running(self):
         if self.client is None:
             raise ClusterError("The cluster is not running: call cluster.start() (or use `with wb.Cluster(...)`) first.")
 
-    def prepare(self, tasks):
-        """Make sure every engine in ``tasks`` can take its TF state; recycle those that can't.
+    def prepare(self, tasks: list[roles.Task]) -> list[roles.Task]:
+        """``tasks`` with every engine able to take its TF state (see ``EnginePool.prepare``)."""
+        return self.pool.prepare(tasks)
 
-        TF's multi-worker state is process-global (re-creating MultiWorkerMirroredStrategy
-        with other ports hangs; a TF server cannot be re-bound), so an engine holding a
-        different state is replaced by a fresh engine that keeps its port. Returns the
-        tasks, re-targeted at replacement engines where needed.
-        """
-        stale = roles.engines_to_recycle(tasks, self._state)
-        if stale:
-            mapping = self.recycle(stale)
-            tasks = _retarget_all(tasks, mapping, self._info)
-        return tasks
+    def mark(self, tasks: list[roles.Task]) -> None:
+        """These tasks run now: their engines hold the TF state they leave."""
+        self.pool.mark(tasks)
 
-    def _engine_alive(self, engine_id):
-        """Is this engine still there? Local engines by PID (at once), others by registration."""
-        info = self._info.get(engine_id)
-        if info is None or self.client is None:
-            return False
-        if self._is_local(info):
-            return alive(info.pid)
-        return engine_id in self.client.ids
-
-    def mark(self, tasks):
-        for t in tasks:
-            self._state[t.engine_id] = roles.fingerprint(t)
-        self._write_record()
-
-    def recycle(self, engine_ids):
+    def recycle(self, engine_ids: list[int]) -> dict[int, int]:
         """Replace engines ``engine_ids`` with fresh ones on the same ports. Returns {old: new}.
 
         Local engines are killed by PID (they may be blocked inside a TF collective, deaf
         to ipyparallel's shutdown request); remote ones are asked to shut down.
         """
         self._require_running()
+        return self.pool.recycle(engine_ids)
+
+    def _restart(self, old):
+        """End engines ``old`` (EngineInfo) and start as many new ones: what the pool's
+        recycling asks of the processes this object's launchers started."""
+        self._require_running()
         if self._ipp is None:
             raise ClusterError(
-                f"Engines {engine_ids} hold TensorFlow state that the next run cannot reuse, and this "
+                f"Engines {sorted(o.id for o in old)} hold TensorFlow state that the next run cannot reuse, and this "
                 "cluster was attached, not started, by the workbench, so it cannot restart them. "
                 "Restart those engines (or the cluster) and try again."
             )
-        engine_ids = sorted(engine_ids)
-        old = {e: self._info.pop(e) for e in engine_ids}
-        for e in engine_ids:
-            self._state.pop(e, None)
-            self._env.pop(e, None)
-        local = [o for o in old.values() if self._is_local(o)]
-        where = remote.ssh_hosts_of(self._ipp, [o.pid for o in old.values() if not self._is_local(o)])
-        others = [o.id for o in old.values() if not self._is_local(o) and o.id in self.client.ids
-                  and o.pid not in where]
+        local = [o for o in old if self._is_local(o)]
+        where = remote.ssh_hosts_of(self._ipp, [o.pid for o in old if not self._is_local(o)])
+        others = [o.id for o in old if not self._is_local(o) and o.id in self.client.ids and o.pid not in where]
         if others:
             self.client.shutdown(targets=others, block=False)
         reap(family({o.pid for o in local}), deadline=0)  # SIGKILL: engines we started
         remote.kill_remote_engines(self._ipp, pids=set(where))  # through their launcher
-        keep = set(self._info)
         per_host = {}
         for pid, host in where.items():  # an SSH engine's replacement starts on its host
             per_host[host] = per_host.get(host, 0) + 1
-        if per_host and len(where) == len(engine_ids):
-            self._ipp.start_engines_sync(n=len(engine_ids), engines=per_host)
+        if per_host and len(where) == len(old):
+            self._ipp.start_engines_sync(n=len(old), engines=per_host)
         else:
-            self._ipp.start_engines_sync(n=len(engine_ids))
+            self._ipp.start_engines_sync(n=len(old))
         self._write_pidfile()
-
-        def fresh():
-            return sorted(set(self.client.ids) - keep - set(engine_ids) - self._retired)
-
-        wait_until(lambda: len(fresh()) >= len(engine_ids), self.timeout,
-                    lambda: f"{len(engine_ids)} new engines; registered: {self.client.ids}")
-        new = fresh()[: len(engine_ids)]
-        self._retired.update(engine_ids)
-        ports = {}
-        for o in old.values():
-            ports.setdefault(o.host, []).append(o.port)
-        self._take_inventory(new, keep_ports=ports)
-        by_host = {}
-        for o in old.values():
-            by_host.setdefault(o.host, []).append(o.id)
-        mapping, leftovers = {}, []
-        for n in new:  # a new engine replaces an old one on its own host where it can
-            queue = by_host.get(self._info[n].host)
-            if queue:
-                mapping[queue.pop(0)] = n
-            else:
-                leftovers.append(n)
-        for o in sorted(sum(by_host.values(), [])):
-            mapping[o] = leftovers.pop(0)
-        return mapping
 
     # -- runs --------------------------------------------------------------------------
     def train(self, model, data, *, loss="sparse_categorical_crossentropy", optimizer="sgd",
@@ -533,12 +441,10 @@ class Cluster:
         - ``eval_data``: what evaluation reads (numpy ``(x, y)``, a ``Data`` or a finite
           ``dataset_fn``); by default the test split of numpy ``data``.
         """
-        from workbench.kernel.train import make_job
-
         self._require_running()
         self._require_idle()
-        job = make_job(
-            len(self._info), model=model, data=data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
+        job = training.make_job(
+            len(self.pool), model=model, data=data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
             momentum=momentum, strategy=strategy, workers=workers, ps=ps,
             global_batch_size=global_batch_size, steps=steps, seed=seed,
             steps_per_execution=steps_per_execution, checkpoint_every=checkpoint_every,
@@ -547,12 +453,13 @@ class Cluster:
         )
         stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
         start_timeout = validate.positive_float("start_timeout", start_timeout)
-        run = self._launch(job, stall_timeout=stall_timeout, start_timeout=start_timeout)
+        run = self.launch(job, stall_timeout=stall_timeout, start_timeout=start_timeout)
         if dashboard or (dashboard is None and _in_notebook()):
             run.dashboard().show()
         return run
 
-    def resume(self, run, steps=None, *, workers=None, ps=None, stall_timeout=60.0, start_timeout=180.0):
+    def resume(self, run: Any, steps: int | None = None, *, workers: int | None = None, ps: int | None = None,
+               stall_timeout: float = 60.0, start_timeout: float = 180.0) -> Run:
         """Continue a recorded run (``run``: its id, a unique prefix of it, or a ``Run``) on
         this cluster from its last checkpoint, in its run directory, up to ``steps`` total
         steps (default: its target), whichever kernel started it. Its history goes on from
@@ -560,8 +467,6 @@ class Cluster:
 
         ``workers`` (multi_worker_mirrored, parameter_server) and ``ps`` (parameter_server,
         unsharded variables) may differ from the run's; everything else is the run's own."""
-        from workbench.kernel import recorded
-
         self._require_running()
         return recorded.resume(self, run, steps=steps, workers=workers, ps=ps, stall_timeout=stall_timeout,
                                start_timeout=start_timeout)
@@ -572,52 +477,17 @@ class Cluster:
             raise ClusterError(f"Run {busy[0].id} is still running on this cluster: "
                                "call its wait() or stop() before starting another.")
 
-    def _launch(self, job, **kwargs):
-        from workbench.kernel.launch import launch
-
+    def launch(self, job: Any, *, resume: bool = False, steps: int | None = None, stall_timeout: float = 60.0,
+               start_timeout: float = 180.0) -> Run:
+        """Start ``job`` (a checked ``Job``, as ``train`` and ``resume`` make them) on this
+        cluster's engines, after replacing engines that died or hold unusable TF state;
+        ``resume``: continue from its run directory's last checkpoint, up to ``steps``."""
         self._require_running()
         self._require_idle()
-        self._heal()
-        run = launch(self, job, **kwargs)
+        self.pool.heal()
+        run = start_run(self, job, resume=resume, steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
         self.runs.append(run)
         return run
-
-    def _condemn(self, engine_ids, kill=()):
-        """Called by a run's watcher after a failure: these engines' TF state is unusable;
-        kill the local ones still blocked. Replacement happens in ``_heal``."""
-        for e in engine_ids:
-            if e in self._state:
-                self._state[e] = ("dirty",)
-        pids = {self._info[e].pid for e in kill if e in self._info and self._is_local(self._info[e])}
-        reap(pids, deadline=0)
-
-    def _after_run(self, run):
-        self._heal()
-
-    def _heal(self):
-        """Replace engines that died or hold unusable TF state."""
-        if self.client is None:
-            return
-        bad = [e for e, info in self._info.items()
-               if self._state.get(e) == ("dirty",) or e not in self.client.ids
-               or (self._is_local(info) and not alive(info.pid))]
-        if bad:
-            self.recycle(bad)
-
-
-def warn_if_exposed(engines):
-    """Warn (once per cluster: returns True when it did) that TensorFlow's servers of a
-    cluster whose engines are reached on non-loopback addresses are open to that network."""
-    exposed = sorted({e.address for e in engines if e.address not in _LOOPBACK and not e.address.startswith("127.")})
-    if not exposed:
-        return False
-    warnings.warn(
-        f"This cluster's engines are reached on {', '.join(exposed)}. TensorFlow's gRPC servers listen on "
-        "every interface with no authentication or encryption (TensorFlow SECURITY.md: 'not built for use "
-        "in an untrusted network'), so anyone who can reach these hosts' TF ports can run code in your "
-        "training processes. Run such clusters only on a private network, or behind a firewall that admits "
-        "only the cluster's own hosts.", UserWarning, stacklevel=3)
-    return True
 
 
 def _in_notebook():
@@ -627,55 +497,6 @@ def _in_notebook():
         return False
     shell = get_ipython()
     return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-def _retarget(task, mapping, info=None):
-    """``task`` on its replacement engine (``mapping``: old id -> new id), mid-run: its
-    peers know it by address and port, so a replacement reached elsewhere is refused."""
-    if task.engine_id not in mapping:
-        return task
-    from dataclasses import replace
-
-    new = (info or {}).get(mapping[task.engine_id])
-    if new is not None and task.target and f"{new.address}:{new.port}" != task.target:
-        raise ClusterError(
-            f"The replacement for {task.name} (engine {new.id}) is reached at {new.address}:{new.port} on "
-            f"{new.host}, but the run's other tasks know {task.name} as {task.target} on {task.host}.")
-    return replace(task, engine_id=mapping[task.engine_id])
-
-
-def _retarget_all(tasks, mapping, info):
-    """A run's tasks before it starts, with replaced engines swapped in and TF_CONFIG
-    rebuilt from the addresses and ports the new engines reported."""
-    from dataclasses import replace
-
-    moved = {}
-    for t in tasks:
-        if t.engine_id in mapping and t.target:
-            e = info[mapping[t.engine_id]]
-            moved[t.target] = f"{e.address}:{e.port}"
-    out = []
-    for t in tasks:
-        eid = mapping.get(t.engine_id, t.engine_id)
-        cfg = t.tf_config
-        if cfg:
-            cfg = dict(cfg, cluster={r: [moved.get(a, a) for a in addrs] for r, addrs in cfg["cluster"].items()})
-        out.append(replace(t, engine_id=eid, host=info[eid].host if eid in info else t.host,
-                           target=moved.get(t.target, t.target), tf_config=cfg))
-    return out
-
-
-def _describe_state(fp):
-    if fp is None:
-        return "fresh"
-    if fp == ("dirty",):  # condemned after a failure (``_condemn``), replaced on next use
-        return "unusable, to be replaced"
-    if fp[0] == "local":
-        return "local TF" + (f" ({fp[1]} logical CPUs)" if fp[1] else "")
-    import json
-
-    task = json.loads(fp[1])["task"]
-    return f"cluster {task['type']}:{task['index']}"
 
 
 def _profile_path(profile):

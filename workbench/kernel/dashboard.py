@@ -141,7 +141,7 @@ class Dashboard:
         while not self.run.done:
             time.sleep(self.interval)
             self._redraw()
-        self.run._done.wait()
+        self.run.join()
         self._redraw()
         if self._display_id is not None:
             from IPython.display import update_display
@@ -196,9 +196,9 @@ class Dashboard:
                                     ", ".join(f"{html.escape(k)} {v:,}" for k, v in per.items()) +
                                     f"</div><details><summary>table</summary>{table}</details>")
         self.engines.value = self._engines_text()
-        if run._error is not None and not self.error.value:
+        if run.failure is not None and not self.error.value:
             self.error.value = (f"<b style='color:#b00'>Last error</b><pre style='white-space:pre-wrap'>"
-                                f"{html.escape(str(run._error))}</pre>")
+                                f"{html.escape(str(run.failure))}</pre>")
         if run.done:
             self.stop_button.disabled = True
         self.updates += 1
@@ -234,8 +234,8 @@ class Dashboard:
 
     def _status_text(self):
         run = self.run
-        if run._error is not None:
-            state = f"failed: {type(run._error).__name__}"
+        if run.failure is not None:
+            state = f"failed: {type(run.failure).__name__}"
         elif run.done:
             state = "stopped" if run.stopped else "finished"
         elif self._stopping:

@@ -4,26 +4,23 @@ import os
 import time
 from dataclasses import replace
 
+from typing import Any
+
 import cloudpickle
 
-from workbench.common import roles, strategies
+from workbench.common import strategies
 from workbench.engine import entry
 from workbench.errors import EngineError
 from workbench.kernel.run import Run
 from workbench.store import RunDir, RunRecord
 
 
-def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_timeout=180.0):
+def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = None, stall_timeout: float = 60.0,
+           start_timeout: float = 180.0) -> Run:
     """Start ``job`` on ``cluster``'s engines and return its ``Run`` (``resume``: continue
     from the run directory's last checkpoint, up to ``steps``)."""
     spec = strategies.spec(job.strategy)
-    # strategies with the same roles (MWMS and parameter averaging; single and mirrored)
-    # leave the same TF state: one may reuse the engines the other left
-    topology = (spec.roles, job.workers, job.ps, job.devices)
-    tasks = roles.best_plan(list(cluster._info.values()), cluster._state, cluster._last_engines.get(topology),
-                            spec.roles, job.workers, job.ps, spec.multi_engine, devices=job.devices)
-    tasks = cluster.prepare(tasks)
-    cluster._last_engines[topology] = [t.engine_id for t in tasks]
+    tasks = cluster.pool.plan(spec.roles, job.workers, job.ps, spec.multi_engine, devices=job.devices)
     if resume:
         job = replace(job, resume=True, steps=steps or job.steps,
                       run_id=job.run_id.split("~")[0] + f"~{int(time.time())}")
@@ -41,7 +38,7 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
     payload = cloudpickle.dumps(job)
     run_dir.write_job(payload)
     _write_record(cluster, job, tasks)
-    cluster.mark(tasks)
+    cluster.pool.mark(tasks)
     results = {}
     servers = [t for t in tasks if spec.servers and t.role != spec.chief_role]
     for t in servers:  # PS and worker servers first: the coordinator connects to them
@@ -50,7 +47,7 @@ def launch(cluster, job, resume=False, steps=None, stall_timeout=60.0, start_tim
         try:
             results[t.name].get(timeout=start_timeout)
         except Exception as e:
-            cluster._condemn([s.engine_id for s in servers])
+            cluster.pool.condemn([s.engine_id for s in servers])
             raise EngineError(f"{t.name} (engine {t.engine_id}) could not start its TF server: {e}",
                               role=t.role, task=t.index, engine_id=t.engine_id,
                               remote_traceback=getattr(e, "traceback", "") or "") from None

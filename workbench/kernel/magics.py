@@ -129,14 +129,15 @@ def _stop(args, shell):
 
 def _resume(args, shell):
     from workbench.errors import ClusterError
-    from workbench.kernel.cluster import _LIVE, Cluster
+    from workbench.kernel import live
+    from workbench.kernel.cluster import Cluster
 
     if args.cluster is not None:
         cluster = shell.user_ns.get(args.cluster)
         if not isinstance(cluster, Cluster):
             raise _Usage(f"%wb resume: --cluster {args.cluster!r} is not a wb.Cluster variable of this kernel")
     else:
-        clusters = [c for c in list(_LIVE) if c.running]
+        clusters = [c for c in live.clusters() if c.running]
         if len(clusters) != 1:
             raise ClusterError(f"This kernel has {len(clusters)} running clusters: "
                                + ("start one first, for example cluster = wb.Cluster(engines=3).start()" if not clusters

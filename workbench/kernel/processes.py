@@ -3,12 +3,13 @@
 import os
 import signal
 import time
+from typing import Callable, Iterable
 
 from workbench.common.pids import alive
 from workbench.errors import ClusterError
 
 
-def family(pids):
+def family(pids: Iterable[int]) -> set[int]:
     """``pids`` and all their descendants."""
     import psutil
 
@@ -21,7 +22,7 @@ def family(pids):
     return out
 
 
-def reap(pids, deadline):
+def reap(pids: Iterable[int | None], deadline: float) -> None:
     """Wait for ``pids`` (processes this object started) to exit; SIGKILL any left."""
     pids = {p for p in pids if p}
     end = time.monotonic() + deadline
@@ -35,7 +36,7 @@ def reap(pids, deadline):
                 pass
 
 
-def wait_until(cond, timeout, what):
+def wait_until(cond: Callable[[], object], timeout: float, what: Callable[[], str]) -> None:
     end = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > end:

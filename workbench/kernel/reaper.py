@@ -1,30 +1,53 @@
-"""Ends a local cluster's processes when the kernel that owns it dies without stopping it
-(SIGKILL, a crash): ``atexit`` never runs then.
+"""Reapers: watchdog processes that clean up after a kernel that dies without doing it
+itself (SIGKILL, a crash): ``atexit`` never runs then.
+
+A reaper polls twice a second. While its owner lives and its record (a file) exists, it
+waits; when the record disappears (the owner cleaned up normally), it exits at once; when
+the owner dies first, it cleans up from the record and exits. ``spawn`` starts one,
+``watch`` is its loop. Two use it: local clusters (this module's ``main``: the record
+lists the cluster's PIDs) and ``wb.testbed`` (the record is the bed's state).
 
     python -m workbench.kernel.reaper OWNER_PID PIDFILE
 
-Polls twice a second. When OWNER_PID is gone, it ends every PID listed in PIDFILE, with
-their descendants (SIGTERM, then SIGKILL after 5 s), and exits. When PIDFILE disappears
-(the cluster was stopped normally), it exits at once.
+ends every PID listed in PIDFILE, with their descendants (SIGTERM, then SIGKILL after 5 s),
+when OWNER_PID is gone.
 """
 
 import os
+import subprocess
 import sys
 import time
+from typing import Callable
+
+from workbench.kernel.processes import alive, family, reap
 
 
-def main(owner, pidfile):
-    from workbench.kernel.processes import alive, family, reap
+def spawn(module: str, *args: str) -> subprocess.Popen:
+    """Start ``python -m module *args`` as a reaper of this process: in a session of its
+    own (a Ctrl-C in the kernel's terminal must not reach it), without stdio."""
+    return subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
+
+def watch(owner: int, record: str, cleanup: Callable[[str], None], every: float = 0.5) -> int:
+    """Wait while ``owner`` lives; exit when ``record`` disappears first; else run
+    ``cleanup(record)``. Returns the reaper's exit code (0)."""
     while alive(owner):
-        if not os.path.exists(pidfile):
+        if not os.path.exists(record):
             return 0
-        time.sleep(0.5)
+        time.sleep(every)
+    cleanup(record)
+    return 0
+
+
+def end_listed(pidfile: str) -> None:
+    """End the PIDs listed in ``pidfile`` and their descendants; remove the list and the
+    cluster's record beside it (what the Workbench panel shows)."""
     try:
         with open(pidfile) as f:
             pids = {int(p) for p in f.read().split()}
     except OSError:
-        return 0
+        return
     processes = family(pids)
     for pid in processes:
         try:
@@ -43,7 +66,10 @@ def main(owner, pidfile):
             path.unlink(missing_ok=True)
         except OSError:
             pass
-    return 0
+
+
+def main(owner: int, pidfile: str) -> int:
+    return watch(owner, pidfile, end_listed)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from workbench.errors import RunStopped, invalid
+from workbench.kernel import reattach
 from workbench.kernel.run import Run
 from workbench.store import Home, Records, RunDir
 
@@ -57,8 +58,6 @@ def load(run_id, home=None):
     ``dashboard()``. Works for running, finished, stopped, failed and lost runs, whichever
     kernel started them. A run still training on a cluster this kernel has attached to
     (``wb.Cluster(profile=...)``) comes back live: its dashboard updates and ``stop()`` works."""
-    from workbench.kernel import reattach
-
     run_dir = resolve(run_id, home)
     live = reattach.find(run_dir)
     return live if live is not None else RecordedRun(run_dir)
@@ -248,11 +247,11 @@ def resume(cluster, run, steps=None, workers=None, ps=None, stall_timeout=60.0, 
     if steps < saved:
         raise invalid("steps", steps, f"at least {saved}, the step of the run's last checkpoint")
     job = _retopology(job, workers, ps)
-    validate.topology(strategies.spec(job.strategy), job.workers, job.ps, available=len(cluster._info))
+    validate.topology(strategies.spec(job.strategy), job.workers, job.ps, available=len(cluster.engine_info))
     stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
     start_timeout = validate.positive_float("start_timeout", start_timeout)
     job = replace(job, run_dir=str(run_dir))  # where it is now (a home may have moved)
-    return cluster._launch(job, resume=True, steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
+    return cluster.launch(job, resume=True, steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
 
 
 def _retopology(job, workers, ps):

@@ -11,21 +11,26 @@ instead of leaving the survivors to time out.
 
 import threading
 import time
+from typing import Any
 
 import cloudpickle
 
 from workbench.engine import entry
-from workbench.errors import EngineError
+from workbench.errors import EngineError, RunStalled
+from workbench.kernel.remote import unreachable
 
 
 class EngineWatch:
-    def __init__(self, run, replace_workers):
+    """A run's engines, checked from its watcher thread (``run``: the ``Run``; it and its
+    cluster's ``pool`` are used through their public methods only)."""
+
+    def __init__(self, run: Any, replace_workers: bool) -> None:
         self.run = run
         self.replace_workers = replace_workers
         self._threads = {}  # task name -> replacement thread
         self._last_check = 0.0
 
-    def check(self, every=0.25):
+    def check(self, every: float = 0.25) -> EngineError | None:
         """Called from the run's watcher. Starts replacing lost PS workers; returns an
         ``EngineError`` naming the task for any other lost engine, else None."""
         now = time.monotonic()
@@ -35,25 +40,25 @@ class EngineWatch:
         for t in list(self.run.tasks):
             name = t.name
             busy = name in self._threads and self._threads[name].is_alive()
-            if busy or self.run.cluster._engine_alive(t.engine_id):
+            if busy or self.run.cluster.pool.alive(t.engine_id):
                 continue
             if not (self.replace_workers and t.role == "worker"):
                 return self.lost(t)
-            self.run._note("worker_lost", task=name, engine=t.engine_id, step=self.run.step)
+            self.run.note("worker_lost", task=name, engine=t.engine_id, step=self.run.step)
             # the coordinator keeps reconnecting in the background after the run; a later
             # run in that process has crashed it: its engine is replaced after this run
-            self.run.cluster._condemn([c.engine_id for c in self.run.tasks if c.role == "chief"])
+            self.run.cluster.pool.condemn([c.engine_id for c in self.run.tasks if c.role == "chief"])
             thread = threading.Thread(target=self._replace, args=(t,), daemon=True,
                                       name=f"workbench-replace-{name}")
             self._threads[name] = thread
             thread.start()
         return None
 
-    def lost(self, task):
+    def lost(self, task: Any) -> EngineError:
         """The error for a task whose engine died."""
         run, name = self.run, task.name
-        info = run.cluster._info.get(task.engine_id)
-        saved = [e["step"] for e in run._events if e["kind"] == "checkpoint"]
+        info = run.cluster.engine_info.get(task.engine_id)
+        saved = run.checkpoint_steps()
         resume = (f"its last checkpoint is at step {max(saved)}" if saved else "it saved no checkpoint yet")
         return EngineError(
             f"{name} (engine {task.engine_id}, pid {getattr(info, 'pid', '?')}) was lost at step {run.step}: "
@@ -61,14 +66,11 @@ class EngineWatch:
             "engines and continues from there.",
             role=task.role, task=task.index, engine_id=task.engine_id)
 
-    def start_timed_out(self, limit):
+    def start_timed_out(self, limit: float) -> RunStalled:
         """The error for a run that made no step within its start timeout: names the tasks
         whose TF server this machine cannot reach, else the task that should have stepped."""
-        from workbench.errors import RunStalled
-        from workbench.kernel.remote import unreachable
-
         run = self.run
-        info = run.cluster._info
+        info = run.cluster.engine_info
         servers = [t for t in run.tasks if t.target and t.role != "chief"]
         down = unreachable([t.target for t in servers])
         where = {t.name: f"{t.name} ({t.target}, engine {t.engine_id} on {getattr(info.get(t.engine_id), 'host', '?')})"
@@ -83,21 +85,20 @@ class EngineWatch:
                           engine_id=first.engine_id)
 
     def _replace(self, task):
-        from workbench.kernel.cluster import _retarget
-
         run, name = self.run, task.name
+        pool = run.cluster.pool
         try:
             mapping = run.cluster.recycle([task.engine_id])
-            new = _retarget(task, mapping, run.cluster._info)
+            new = pool.retarget(task, mapping)
             ar = run.cluster.client[new.engine_id].apply_async(entry.run_task, cloudpickle.dumps(run.job), new)
             ar.get(timeout=run.start_timeout)
-            run.cluster.mark([new])
-            run._swap_task(task, new, ar)
-            run._note("worker_replaced", task=name, engine=new.engine_id, step=run.step)
+            pool.mark([new])
+            run.swap_task(task, new, ar)
+            run.note("worker_replaced", task=name, engine=new.engine_id, step=run.step)
         except Exception as e:  # the run goes on with the workers it has
-            run._note("worker_not_replaced", task=name, step=run.step, error=f"{type(e).__name__}: {e}")
+            run.note("worker_not_replaced", task=name, step=run.step, error=f"{type(e).__name__}: {e}")
 
-    def join(self, timeout=120):
+    def join(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         for thread in list(self._threads.values()):
             thread.join(max(0.0, deadline - time.monotonic()))

@@ -10,8 +10,11 @@ import re
 import threading
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from workbench.errors import EngineError, RunStalled, RunStopped
+from workbench.kernel.dashboard import Dashboard
+from workbench.kernel.recovery import EngineWatch
 from workbench.store import ResultRecord, RunDir
 
 _POLL = 0.05
@@ -27,7 +30,15 @@ def _job_task(device):
 
 
 class Run:
-    def __init__(self, cluster, job, tasks, results, stall_timeout, start_timeout):
+    """A training run on a cluster's engines (``Cluster.train`` returns one).
+
+    ``started``: when it started (default: now; a re-attached run's own start time);
+    ``tail``: a re-attached run's reader of the rows its engines published before this
+    kernel watched it (returns ``{"rows": [...], "events": [...]}`` of what is new)."""
+
+    def __init__(self, cluster: Any, job: Any, tasks: list, results: dict, stall_timeout: float,
+                 start_timeout: float, *, started: float | None = None,
+                 tail: Callable[[], dict] | None = None) -> None:
         self.cluster = cluster
         self.job = job
         self.tasks = tasks
@@ -44,13 +55,12 @@ class Run:
         self._outcome = {}  # task name -> result dict
         self._error = None
         self._lock = threading.Lock()
-        self._started = time.time()
+        self._started = started or time.time()
         self._finished = None
         self._done = threading.Event()
         self._dashboard = None
-        self._tail = None  # re-attached runs: reads the metrics files (rows published before)
+        self._tail = tail  # re-attached runs: reads the metrics files (rows published before)
         from workbench.common import strategies
-        from workbench.kernel.recovery import EngineWatch
 
         spec = strategies.spec(job.strategy)
         self._sync = spec.synchronous  # lockstep workers: a lost one can hang the others
@@ -61,34 +71,42 @@ class Run:
 
     # -- public ------------------------------------------------------------------------
     @property
-    def id(self):
+    def id(self) -> str:
         return self.job.run_id
 
     @property
-    def done(self):
+    def done(self) -> bool:
         return self._done.is_set()
 
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until the run's watcher has recorded its end (at most ``timeout`` s); True
+        if it has. Unlike ``wait`` it raises nothing and leaves the cluster alone."""
+        return self._done.wait(timeout)
+
     @property
-    def step(self):
+    def failure(self) -> BaseException | None:
+        """The error the run ended with (what ``wait()`` raises), or None."""
+        return self._error
+
+    @property
+    def step(self) -> int:
         """The highest step any worker has reported."""
         return self._max_step
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: float | None = None) -> "Run":
         """Block until the run ends; raise the engines' error (with role and traceback) if any."""
         if not self._block(timeout):
             raise TimeoutError(f"Run {self.id} still running after {timeout} s (step {self.step}/{self.job.steps})")
-        self.cluster._after_run(self)
+        self.cluster.pool.heal()
         if self._error is not None:
             raise self._error
         return self
 
-    def dashboard(self, interval=0.25, baseline=None):
+    def dashboard(self, interval: float = 0.25, baseline: Any = None) -> Dashboard:
         """The live dashboard widget (shown by default when a run starts in a notebook).
 
         ``baseline``: a finished single-worker ``Run`` (or its examples/s) to show scaling
         efficiency = total throughput / (workers x baseline)."""
-        from workbench.kernel.dashboard import Dashboard
-
         if self._dashboard is None or baseline is not None:
             self._dashboard = Dashboard(self, interval=interval, baseline=baseline)
         return self._dashboard
@@ -107,36 +125,36 @@ class Run:
             print(f"Run {self.id} stopped at step {self.final_step}; its last checkpoint is in {self.run_dir}.")
             raise
 
-    def stop(self, timeout=60):
+    def stop(self, timeout: float = 60) -> "Run":
         """Ask every task to stop at its next agreed step, save a checkpoint, and wait."""
         RunDir(self.run_dir).request_stop()
         self._done.wait(timeout)
-        self.cluster._after_run(self)
+        self.cluster.pool.heal()
         return self
 
     @property
-    def stopped(self):
+    def stopped(self) -> bool:
         return any(r.get("stopped") for r in self._outcome.values())
 
     @property
-    def status(self):
+    def status(self) -> str:
         """running, finished, stopped or failed (as ``wb.runs()`` and ``wb.load`` say it)."""
         if not self.done:
             return "running"
         return "failed" if self._error is not None else "stopped" if self.stopped else "finished"
 
     @property
-    def error(self):
+    def error(self) -> str | None:
         """The first line of the error the run ended with, or None."""
         return None if self._error is None else str(self._error).splitlines()[0]
 
     @property
-    def checkpoint(self):
+    def checkpoint(self) -> int | None:
         """The step of the run's last checkpoint (where a resume starts), or None."""
         return RunDir(self.run_dir).checkpoint_step()
 
     @property
-    def history(self):
+    def history(self) -> Any:
         """One row per (worker, step): loss, batch accuracy, examples/s, step time, seconds
         since the run started (and, for parameter-server runs, the step's staleness), then
         a column per metric of ``train(metrics=...)``: its value on the worker's batch.
@@ -161,7 +179,7 @@ class Run:
         return df.copy()
 
     @property
-    def evaluations(self):
+    def evaluations(self) -> Any:
         import pandas as pd
 
         rows = [{k: v for k, v in e.items() if k not in ("kind", "time")} for e in self._events if e["kind"] == "eval"]
@@ -169,7 +187,7 @@ class Run:
         return pd.DataFrame(rows, columns=columns + sorted({k for r in rows for k in r} - set(columns)))
 
     @property
-    def events(self):
+    def events(self) -> Any:
         """What happened besides steps, in order: checkpoints, evaluations, workers lost and
         replaced (with the step the run had reached), as a DataFrame."""
         import pandas as pd
@@ -184,7 +202,7 @@ class Run:
         return df[["kind", "step"] + [c for c in df.columns if c not in ("kind", "step")]]
 
     @property
-    def placement(self):
+    def placement(self) -> Any:
         """Every task (role, index, host, pid, devices) and every variable with its device,
         shape, bytes and ``kind``: "model", or "optimizer" for the optimizer's state (Adam's
         m and v, momentum, its step counter), which lives beside the variables it updates."""
@@ -213,18 +231,23 @@ class Run:
         df = df.sort_values(["_kind", "_rank", "task", "_seq"], kind="stable").drop(columns=["_kind", "_rank", "_seq"])
         return df.reset_index(drop=True).astype({"task": "Int64", "engine": "Int64", "pid": "Int64", "bytes": "Int64"})
 
+    def checkpoint_steps(self) -> list[int]:
+        """The steps at which the engines reported a checkpoint, in order."""
+        with self._lock:
+            return [e["step"] for e in self._events if e["kind"] == "checkpoint"]
+
     @property
-    def final_step(self):
+    def final_step(self) -> int:
         return max((r.get("final_step", 0) for r in self._outcome.values()), default=0)
 
     @property
-    def evaluation(self):
+    def evaluation(self) -> dict | None:
         for r in self._outcome.values():
             if r.get("evaluation"):
                 return r["evaluation"]
         return None
 
-    def weights(self):
+    def weights(self) -> list:
         """The final model weights (from the chief) as a list of numpy arrays."""
         self.wait()
         for r in self._outcome.values():
@@ -232,15 +255,14 @@ class Run:
                 return r["weights"]
         raise RunStopped(f"Run {self.id} produced no weights")
 
-    def resume(self, steps=None, **overrides):
+    def resume(self, steps: int | None = None, **overrides: Any) -> "Run":
         """Start a new run that continues this one from its last checkpoint, in the same run
         directory, up to ``steps`` total steps (default: this run's target)."""
         if not self.done:
             raise RuntimeError(f"Run {self.id} is still running: stop() or wait() first")
-        self.cluster._after_run(self)
-        return self.cluster._launch(self.job, resume=True, steps=steps or self.job.steps, **overrides)
+        return self.cluster.launch(self.job, resume=True, steps=steps or self.job.steps, **overrides)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "done" if self.done else "running"
         if self._error is not None:
             state = f"failed: {type(self._error).__name__}"
@@ -279,7 +301,7 @@ class Run:
                     self._error = lost
                     break
                 if self._tail is not None:
-                    self._tail()
+                    self._merge(self._tail())
                 step = self.step
                 if step != last_step:
                     last_progress, last_step = time.monotonic(), step
@@ -316,7 +338,7 @@ class Run:
                 f"behind is {behind} (engine {self._engine_of(behind)}, last step {last.get(behind, 0)}); "
                 f"last steps: {dict((n, last.get(n, 0)) for n in names)}. Its engines are being recycled.")
 
-    def task_states(self):
+    def task_states(self) -> dict[str, str]:
         """``{task name: state}``, the one state model of a run's tasks:
 
         - "starting": its engine is alive, it has reported no step yet;
@@ -368,7 +390,7 @@ class Run:
             result = ar.get()
         except Exception as e:
             task = self._task(name)
-            if not self.cluster._engine_alive(task.engine_id):  # ipyparallel: "Engine N died while ..."
+            if not self.cluster.pool.alive(task.engine_id):  # ipyparallel: "Engine N died while ..."
                 self._error = self._engines.lost(task)
                 return
             ename = getattr(e, "ename", type(e).__name__)
@@ -381,12 +403,12 @@ class Run:
         self._outcome[name] = result
         self._merge({"rows": result.get("rows", ()), "events": result.get("events", ())})
 
-    def _note(self, kind, **info):
-        """An event the kernel observed (a worker lost, a replacement started)."""
+    def note(self, kind: str, **info: Any) -> None:
+        """Record an event the kernel observed (a worker lost, a replacement started)."""
         with self._lock:
             self._events.append(dict(info, kind=kind, time=time.time()))
 
-    def _swap_task(self, old, new, ar):
+    def swap_task(self, old: Any, new: Any, ar: Any) -> None:
         """A replacement engine took over ``old``'s task; its result is collected afresh."""
         name = old.name
         with self._lock:
@@ -403,10 +425,10 @@ class Run:
         while time.monotonic() < deadline and not all(ar.ready() for ar in self._results.values()):
             time.sleep(_POLL)
         busy = [t.engine_id for t, ar in zip(self.tasks, self._results.values()) if not ar.ready()]
-        self.cluster._condemn([t.engine_id for t in self.tasks], kill=busy)
+        self.cluster.pool.condemn([t.engine_id for t in self.tasks], kill=busy)
 
-    def _abandon(self):
-        """The cluster is stopping under this run."""
+    def abandon(self) -> None:
+        """The cluster is stopping under this run: it ends as stopped by the cluster."""
         if not self._done.is_set():
             self._error = self._error or RunStopped(f"Run {self.id}: the cluster was stopped")
 

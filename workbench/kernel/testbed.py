@@ -25,6 +25,7 @@ import tempfile
 import time
 
 from workbench.errors import TestbedError, invalid
+from workbench.kernel import reaper
 
 _PACKAGES = {"/usr/sbin/sshd": "openssh-server", "/usr/lib/openssh/sftp-server": "openssh-server",
              "/usr/bin/ssh": "openssh-client", "/usr/bin/ssh-keygen": "openssh-client",
@@ -60,10 +61,7 @@ class Testbed:
         started = time.monotonic()
         try:
             self._save()
-            self._reaper = subprocess.Popen(
-                [sys.executable, "-m", "workbench.kernel.testbed", "reap", str(os.getpid()), self._statefile],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True)
+            self._reaper = reaper.spawn("workbench.kernel.testbed", "reap", str(os.getpid()), self._statefile)
             self._make_network()
             self._make_keys()
             self._start_sshds()
@@ -282,20 +280,18 @@ def _tail(path, lines=10):
 
 def _reap(owner, statefile):
     """``python -m workbench.kernel.testbed reap OWNER STATEFILE``: when OWNER dies with
-    its bed still up, tear the bed down. Exits when the state file disappears."""
-    from workbench.kernel.processes import alive
+    its bed still up, tear the bed down (a ``workbench.kernel.reaper``). Exits when the
+    state file disappears."""
+    return reaper.watch(owner, statefile, _teardown_recorded)
 
-    while alive(owner):
-        if not os.path.exists(statefile):
-            return 0
-        time.sleep(0.5)
+
+def _teardown_recorded(statefile):
     try:
         with open(statefile) as f:
             state = json.load(f)
     except (OSError, ValueError):
-        return 0
+        return
     teardown(state)
-    return 0
 
 
 if __name__ == "__main__":
