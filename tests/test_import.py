@@ -1,5 +1,10 @@
+import ast
 import subprocess
 import sys
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
 
 
 def test_import_does_not_import_tensorflow():
@@ -38,20 +43,23 @@ MAY_IMPORT = {
 # TensorFlow and Keras are imported on engines only: at module level in engine/, and inside the
 # functions of the modules whose functions run on engines (models, datasets, schedules).
 TF_INSIDE_FUNCTIONS = {"models", "datasets", "schedules"}
+# What the Jupyter server loads (lab) and what every process reads (store) stays light.
+NEVER_IMPORTS = {"store": ("ipyparallel",), "lab": ("ipyparallel",)}
+
+ROOT = Path(__file__).resolve().parents[1] / "workbench"
+Import = namedtuple("Import", "module part name top where")
 
 
 def imports():
-    """(importing module's part, imported name, module-level or not, where) for every import."""
-    import ast
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1] / "workbench"
-    for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root.parent).with_suffix("").parts
-        package = parts[:-1] if path.name != "__init__.py" else parts
-        part = parts[1] if len(parts) > 2 or (len(parts) == 2 and path.name == "__init__.py") else parts[-1]
-        if parts == ("workbench", "__init__"):
-            part = "workbench"
+    """Every import statement in workbench/, those inside functions included, as ``Import``s:
+    the importing module ("workbench.kernel.run"), its part, the imported name, whether it
+    is at module level, and where it is."""
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        package = parts[:-1]
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        pieces = module.split(".")
+        part = pieces[1] if len(pieces) > 1 else "workbench"
         tree = ast.parse(path.read_text())
         top = set(map(id, tree.body))
         for node in ast.walk(tree):
@@ -59,34 +67,99 @@ def imports():
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = list(package[:len(package) - node.level + 1]) if node.level else []
-                module = ".".join(base + ([node.module] if node.module else []))
+                source = ".".join(base + ([node.module] if node.module else []))
                 # `from workbench import records` imports workbench.records
-                names = ([] if module == "workbench" else [module]) + [f"{module}.{a.name}" for a in node.names]
+                names = ([] if source == "workbench" else [source]) + [f"{source}.{a.name}" for a in node.names]
             else:
                 continue
             for name in names:
-                yield part, name, id(node) in top, f"{path.relative_to(root.parent)}:{node.lineno}"
+                yield Import(module, part, name, id(node) in top, f"{path.relative_to(ROOT.parent)}:{node.lineno}")
 
 
 def test_each_part_imports_only_what_it_may():
     wrong = []
-    for part, name, _, where in imports():
-        pieces = name.split(".")
+    for i in imports():
+        pieces = i.name.split(".")
         if pieces[0] != "workbench":
             continue
         target = pieces[1] if len(pieces) > 1 and pieces[1] in MAY_IMPORT else "workbench"
-        if target != part and target not in MAY_IMPORT[part]:
-            wrong.append(f"{where}: {part} imports {name}")
+        if target != i.part and target not in MAY_IMPORT[i.part]:
+            wrong.append(f"{i.where}: {i.part} imports {i.name}")
     assert not wrong, "\n".join(wrong)
 
 
 def test_tensorflow_is_imported_on_engines_only():
-    wrong = [f"{where}: {part} imports {name}" for part, name, top, where in imports()
-             if name.split(".")[0] in ("tensorflow", "keras")
-             and not (part == "engine" or (part in TF_INSIDE_FUNCTIONS and not top))]
+    wrong = [f"{i.where}: {i.part} imports {i.name}" for i in imports()
+             if i.name.split(".")[0] in ("tensorflow", "keras")
+             and not (i.part == "engine" or (i.part in TF_INSIDE_FUNCTIONS and not i.top))]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_store_and_the_panel_server_never_import_ipyparallel():
+    wrong = [f"{i.where}: {i.part} imports {i.name}" for i in imports()
+             if i.name.split(".")[0] in NEVER_IMPORTS.get(i.part, ())]
     assert not wrong, "\n".join(wrong)
 
 
 def test_the_rules_see_every_part():
     """A new folder or top-level module must be given its place in the rules."""
-    assert {part for part, *_ in imports()} <= set(MAY_IMPORT)
+    assert {i.part for i in imports()} <= set(MAY_IMPORT)
+
+
+# -- the kernel's modules import one another without a circle --------------------------------
+
+KERNEL_MODULES = sorted(p.stem for p in (ROOT / "kernel").glob("*.py") if p.stem != "__init__")
+
+
+def kernel_graph():
+    """{kernel module: the kernel modules it imports anywhere in its source}."""
+    graph = {m: set() for m in KERNEL_MODULES}
+    for i in imports():
+        pieces = i.name.split(".")
+        if i.part == "kernel" and pieces[:2] == ["workbench", "kernel"] and len(pieces) > 2:
+            source, target = i.module.split(".")[-1], pieces[2]
+            if target in graph and target != source:
+                graph[source].add(target)
+    return graph
+
+
+def cycle(graph):
+    """One import circle in ``graph`` (module -> modules it imports) as a path, or None."""
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                return stack[stack.index(n):] + [n]
+            if n not in state and (found := visit(n)):
+                return found
+        stack.pop()
+        state[m] = "done"
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_the_scan_finds_imports_inside_functions_and_circles():
+    """The scan itself: a lazy import is an arrow, and a circle through it is found."""
+    assert any(not i.top and i.name.startswith("workbench.kernel") for i in imports() if i.part == "kernel")
+    assert "launch" in kernel_graph()["cluster"]
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_kernel_modules_import_one_another_without_a_circle():
+    circle = cycle(kernel_graph())
+    assert circle is None, f"import circle in workbench/kernel: {' -> '.join(circle)}"
+
+
+@pytest.mark.parametrize("module", KERNEL_MODULES)
+def test_each_kernel_module_imports_first_in_a_fresh_interpreter(module):
+    done = subprocess.run([sys.executable, "-c", f"import workbench.kernel.{module}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

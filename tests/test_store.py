@@ -2,7 +2,6 @@
 path, writes whole files atomically, reads back what the kernel, the engines and the panel
 exchange through them, and its records are the ones the panel's TypeScript reads."""
 
-import ast
 import json
 import os
 import re
@@ -241,26 +240,6 @@ def test_a_real_run_writes_exactly_the_declared_records(tmp_path, monkeypatch):
 
 
 # -- who the store depends on -----------------------------------------------------------------
-
-def _imports(folder):
-    """Every module ``folder``'s Python files import (at any level)."""
-    out = {}
-    for path in sorted((ROOT / "workbench" / folder).glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                out.update({a.name: path.name for a in node.names})
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                out[node.module] = path.name
-    return out
-
-
-def test_the_store_and_the_panel_server_import_nothing_of_the_kernel_or_the_engines():
-    for folder, banned in (("store", ("workbench.kernel", "workbench.engine", "workbench.lab", "tensorflow",
-                                      "keras", "ipyparallel")),
-                           ("lab", ("workbench.kernel", "workbench.engine", "tensorflow", "keras", "ipyparallel"))):
-        wrong = {m: f for m, f in _imports(folder).items() if m.startswith(banned)}
-        assert not wrong, f"workbench/{folder}/ imports {wrong}"
-
 
 def test_the_store_works_without_tensorflow_or_ipyparallel(tmp_path):
     code = ("import sys\n"

@@ -46,12 +46,6 @@ def resolve(run_id: "str | os.PathLike | Run", home: str | os.PathLike | None = 
                   + (f"the closest are: {', '.join(close)}" if close else "there is none yet"))
 
 
-def read_metrics(run_dir: str | os.PathLike, offsets: dict[str, int]) -> dict[str, list[dict]]:
-    """The rows and events appended to a run's ``metrics/*.jsonl`` since ``offsets`` (a dict
-    of per-file read offsets, updated), as ``Run._merge`` takes them."""
-    return RunDir(run_dir).read_metrics(offsets)
-
-
 def load(run_id, home=None):
     """The run ``run_id`` (a unique prefix is enough), read back from its run directory:
     status, ``history``, ``events``, ``placement``, ``evaluation``, ``weights()``,
@@ -92,7 +86,7 @@ class RecordedRun(Run):
 
     def refresh(self):
         """Read the rows, events and outcome written since the last read."""
-        self._merge(read_metrics(self.run_dir, self._offsets))
+        self._merge(RunDir(self.run_dir).read_metrics(self._offsets))
         if self._rows:  # a resumed run's run.json says when the last attempt started
             self._started = min(self._started or float("inf"), min(r["time"] for r in self._rows.values()))
         self._record = self._book.run(self.run_dir) or {}
