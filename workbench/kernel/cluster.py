@@ -12,7 +12,7 @@ from workbench.engine import inventory
 from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, invalid
 from workbench.kernel import home
 from workbench.kernel.processes import alive, family, reap, wait_until
-from workbench.kernel import remote
+from workbench.kernel import launchers, remote
 
 _LIVE = weakref.WeakSet()
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -154,6 +154,7 @@ class Cluster:
             options.setdefault("controller_ip", "127.0.0.1")
         if self.launcher == "ssh":
             remote.configure_ssh(options, self.hosts, self.controller, self.timeout)
+        launchers.configure(options, self.launcher, self.timeout)  # MPI, Slurm
         if self.controller == "local":
             # a dead engine is unregistered after ~3 s instead of ipyparallel's 30 s
             options.setdefault("controller_args", ["--HeartMonitor.period=1000",
@@ -257,6 +258,7 @@ class Cluster:
         self._collect_pids()
         processes = family(self._pids)  # with engines' nannies, controller's schedulers
         controller = remote.local_pids(self._ipp.controller)
+        launchers.end_mpi_jobs(self._ipp)  # mpiexec takes its ranks on every host down
         # engines whose TF runtime holds collectives or servers take ~10 s to exit when asked;
         # their runs are over and saved, so end them (ours, by PID) before the controller
         reap(processes - family(controller), deadline=0)
@@ -456,6 +458,8 @@ class Cluster:
                 "cluster was attached, not started, by the workbench, so it cannot restart them. "
                 "Restart those engines (or the cluster) and try again."
             )
+        if launchers.is_mpi(self._ipp):  # one mpiexec job: restarted whole, never rank by rank
+            return launchers.restart_mpi(self, engine_ids)
         engine_ids = sorted(engine_ids)
         old = {e: self._info.pop(e) for e in engine_ids}
         for e in engine_ids:

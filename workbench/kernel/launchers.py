@@ -1,0 +1,150 @@
+"""ipyparallel's MPI and Slurm engine launchers, set up to start workbench engines, and
+what the kernel does differently with their engines.
+
+- **MPI** (``launcher="mpi"``): the engines are the ranks of one ``mpiexec`` job, started
+  here (``mpiexec`` is a local process; ranks on other hosts run under its daemons, reached
+  over SSH). Killing one rank aborts the whole job, so an MPI engine set is never recycled
+  engine by engine: it is restarted whole (``restart_mpi``), its engines on the same hosts
+  and TF ports as before. ``stop()`` ends the job through ``mpiexec`` (SIGTERM, which
+  takes its ranks on every host down), never rank by rank.
+- **Slurm** (``launcher="slurm"``): the engines are the tasks of one ``sbatch`` job
+  (``srun``); their PIDs are the nodes', never killed from here: ``stop()`` cancels the job.
+"""
+
+import os
+import signal
+import sys
+import time
+
+from workbench.errors import ClusterError
+
+MPI = ("mpi", "mpiexec")
+SLURM = ("slurm",)
+
+
+def configure(options, launcher, timeout):
+    """Set ipyparallel's MPI or Slurm engine launcher in ``options`` (``ipyparallel.Cluster``'s
+    keywords) to run workbench engines (TensorFlow imported while they register)."""
+    from traitlets.config import Config
+
+    config = options.setdefault("config", Config())
+    section = {"mpi": "MPIEngineSetLauncher", "mpiexec": "MPIEngineSetLauncher",
+               "slurm": "SlurmEngineSetLauncher"}.get(launcher)
+    if section is None:
+        return
+    if "engine_cmd" not in config[section]:
+        # ipyparallel adds --mpi for MPI engines: engine id = rank (mpi4py on the engines)
+        config[section].engine_cmd = [sys.executable, "-m", "workbench.engine.start",
+                                      f"--IPEngine.wait_for_url_file={timeout}"]
+    if launcher in MPI:
+        _require_mpi4py()
+        if "mpi_args" not in config.MPILauncher and "mpi_args" not in config.MPIEngineSetLauncher:
+            config.MPILauncher.mpi_args = local_mpi_args()
+    options.setdefault("delay", 0)
+
+
+def local_mpi_args():
+    """``mpiexec`` arguments for ranks on this machine: as root (containers, CI) and with
+    more ranks than cores."""
+    return (["--allow-run-as-root"] if os.geteuid() == 0 else []) + ["--oversubscribe"]
+
+
+def _require_mpi4py():
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError as e:
+        raise ClusterError('launcher="mpi" starts engines with ipyparallel\'s --mpi (engine id = MPI rank), '
+                           "which needs mpi4py: pip install mpi4py (and Open MPI: apt-get install openmpi-bin)") from e
+
+
+def is_mpi(ipp_cluster):
+    if ipp_cluster is None:
+        return False
+    from ipyparallel.cluster.launcher import MPIEngineSetLauncher
+
+    return any(isinstance(s, MPIEngineSetLauncher) for s in ipp_cluster.engines.values())
+
+
+def end_mpi_jobs(ipp_cluster, deadline=10.0):
+    """SIGTERM every ``mpiexec`` of the cluster's engine sets and wait until each has exited:
+    ``mpiexec`` passes the signal to its ranks on every host and takes its remote daemons
+    down with it. Returns the PIDs still alive at the deadline (the caller SIGKILLs them)."""
+    from ipyparallel.cluster.launcher import MPIEngineSetLauncher
+
+    from workbench.kernel.processes import alive
+
+    pids = [s.pid for s in ipp_cluster.engines.values()
+            if isinstance(s, MPIEngineSetLauncher) and isinstance(s.pid, int) and s.pid > 0 and alive(s.pid)]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    end = time.monotonic() + deadline
+    while time.monotonic() < end and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def restart_mpi(cluster, engine_ids):
+    """Recycling on an MPI cluster: the ``mpiexec`` job is restarted whole (one rank cannot
+    be replaced: killing it aborts the job). Every engine is new; each takes the TF port of
+    the engine it replaces on its host, so TF_CONFIG built for the old engines stays valid.
+    Returns {old engine id: new engine id} for every engine of the cluster."""
+    from workbench.kernel.processes import family, reap, wait_until
+
+    ipp = cluster._ipp
+    if cluster.runs and any(not r.done for r in cluster.runs):
+        running = next(r for r in cluster.runs if not r.done)
+        raise ClusterError(
+            f"Engines {sorted(engine_ids)} need replacing, but this cluster's engines are the ranks of one "
+            f"mpiexec job, restarted only whole, and run {running.id} is still using them: stop it first.")
+    old = dict(cluster._info)
+    stuck = end_mpi_jobs(ipp)
+    reap(family(stuck), deadline=0)
+    client = cluster.client
+    wait_until(lambda: not set(old) & set(client.ids), cluster.timeout,
+               lambda: f"the old MPI engines {sorted(old)} to unregister; registered: {client.ids}")
+    for eid in old:
+        cluster._info.pop(eid, None)
+        cluster._state.pop(eid, None)
+        cluster._env.pop(eid, None)
+    # the finished job's launchers out of the way; the new job gets a fresh one
+    for key in list(ipp.engines):
+        ipp.engines.pop(key)
+    cluster._pids.clear()
+    cluster._pids.update(_controller_pids(ipp))
+    ipp.start_engines_sync(n=cluster.n)
+    cluster._write_pidfile()
+    wait_until(lambda: len(client.ids) >= cluster.n, cluster.timeout,
+               lambda: f"{cluster.n} engines of the new mpiexec job; registered: {client.ids}")
+    new = sorted(client.ids)[: cluster.n]
+    ports = {}
+    for o in sorted(old.values(), key=lambda e: e.id):
+        ports.setdefault(o.host, []).append(o.port)
+    cluster._take_inventory(new, keep_ports=ports)
+    by_host = {}
+    for n in new:
+        by_host.setdefault(cluster._info[n].host, []).append(n)
+    mapping = {}
+    for o in sorted(old.values(), key=lambda e: e.id):  # same host, same order: same port
+        queue = by_host.get(o.host)
+        if not queue:
+            raise ClusterError(f"The restarted mpiexec job has no engine on {o.host} for engine {o.id}: "
+                               f"engines now on {sorted({cluster._info[n].host for n in new})}.")
+        mapping[o.id] = queue.pop(0)
+    return mapping
+
+
+def _controller_pids(ipp):
+    from workbench.kernel import remote
+
+    return remote.local_pids(ipp.controller)
+
+
+def slurm_jobs(ipp_cluster):
+    """Job ids of the cluster's Slurm engine sets (started, not yet cancelled)."""
+    from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
+
+    return [s.job_id for s in ipp_cluster.engines.values()
+            if isinstance(s, SlurmEngineSetLauncher) and s.job_id and s.state == "running"]
