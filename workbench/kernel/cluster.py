@@ -259,6 +259,7 @@ class Cluster:
         processes = family(self._pids)  # with engines' nannies, controller's schedulers
         controller = remote.local_pids(self._ipp.controller)
         launchers.end_mpi_jobs(self._ipp)  # mpiexec takes its ranks on every host down
+        launchers.end_slurm_jobs(self._ipp)  # scancel, until squeue no longer lists the job
         # engines whose TF runtime holds collectives or servers take ~10 s to exit when asked;
         # their runs are over and saved, so end them (ours, by PID) before the controller
         reap(processes - family(controller), deadline=0)

@@ -34,8 +34,10 @@ def configure(options, launcher, timeout):
         return
     if "engine_cmd" not in config[section]:
         # ipyparallel adds --mpi for MPI engines: engine id = rank (mpi4py on the engines)
+        # no nanny: it outlives an engine that mpiexec or Slurm ends (seen left on the
+        # hosts after stop()); the controller's heartbeat notices a dead engine anyway
         config[section].engine_cmd = [sys.executable, "-m", "workbench.engine.start",
-                                      f"--IPEngine.wait_for_url_file={timeout}"]
+                                      f"--IPEngine.wait_for_url_file={timeout}", "--IPEngine.enable_nanny=False"]
     if launcher in MPI:
         _require_mpi4py()
         if "mpi_args" not in config.MPILauncher and "mpi_args" not in config.MPIEngineSetLauncher:
@@ -45,8 +47,9 @@ def configure(options, launcher, timeout):
 
 def local_mpi_args():
     """``mpiexec`` arguments for ranks on this machine: as root (containers, CI) and with
-    more ranks than cores."""
-    return (["--allow-run-as-root"] if os.geteuid() == 0 else []) + ["--oversubscribe"]
+    more ranks than cores, unbound (Open MPI binds each rank to one core by default, and
+    each host's daemon binds its own: TensorFlow would see one core, the same one per host)."""
+    return (["--allow-run-as-root"] if os.geteuid() == 0 else []) + ["--oversubscribe", "--bind-to", "none"]
 
 
 def _require_mpi4py():
@@ -93,12 +96,12 @@ def restart_mpi(cluster, engine_ids):
     Returns {old engine id: new engine id} for every engine of the cluster."""
     from workbench.kernel.processes import family, reap, wait_until
 
-    ipp = cluster._ipp
-    if cluster.runs and any(not r.done for r in cluster.runs):
+    if any(not r.done for r in cluster.runs):
         running = next(r for r in cluster.runs if not r.done)
         raise ClusterError(
             f"Engines {sorted(engine_ids)} need replacing, but this cluster's engines are the ranks of one "
             f"mpiexec job, restarted only whole, and run {running.id} is still using them: stop it first.")
+    ipp = cluster._ipp
     old = dict(cluster._info)
     stuck = end_mpi_jobs(ipp)
     reap(family(stuck), deadline=0)
@@ -142,9 +145,40 @@ def _controller_pids(ipp):
     return remote.local_pids(ipp.controller)
 
 
-def slurm_jobs(ipp_cluster):
-    """Job ids of the cluster's Slurm engine sets (started, not yet cancelled)."""
+def end_slurm_jobs(ipp_cluster, deadline=30.0):
+    """Cancel the cluster's Slurm engine jobs (the launcher's own ``scancel``) and wait until
+    ``squeue`` no longer lists them, so that ``stop()`` returns with the engines gone and
+    their nodes free; their engine sets leave the cluster (nothing left to stop). Returns
+    the job ids still listed at the deadline."""
+    import subprocess
+
     from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
 
-    return [s.job_id for s in ipp_cluster.engines.values()
-            if isinstance(s, SlurmEngineSetLauncher) and s.job_id and s.state == "running"]
+    sets = {key: s for key, s in ipp_cluster.engines.items()
+            if isinstance(s, SlurmEngineSetLauncher) and s.job_id and s.state == "running"}
+    for key, s in sets.items():
+        # engines whose TF runtime holds collectives or servers take seconds to exit when
+        # asked; their runs are over and saved: SIGKILL the job's steps, then cancel it
+        for end in (lambda: s.signal("KILL"), s.stop):
+            try:
+                end()
+            except Exception:  # noqa: BLE001 - already ended: squeue below tells
+                pass
+    end = time.monotonic() + deadline
+    left = []
+    for key, s in sets.items():
+        # squeue beside the launcher's scancel (with the environment it sets, if any)
+        command = s.delete_command[:-1] + ["squeue"] if s.delete_command[-1:] == ["scancel"] else ["squeue"]
+
+        def listed():
+            out = subprocess.run(command + ["-h", "-j", s.job_id, "-o", "%i"], capture_output=True, text=True,
+                                 timeout=10)
+            return out.returncode == 0 and s.job_id in out.stdout.split()
+
+        while listed() and time.monotonic() < end:
+            time.sleep(0.1)
+        if listed():
+            left.append(s.job_id)
+        else:
+            ipp_cluster.engines.pop(key, None)
+    return left
