@@ -139,13 +139,15 @@ def test_slurm_across_two_hosts_trains_both_strategies_and_stop_cancels_the_job(
         assert sorted(table.host) == ["h1", "h1", "h2", "h2"]
         assert all(row.address == bed.hosts[row.host] for row in table.itertuples())
         assert not cluster._pids - {cluster._ipp.controller.pid}  # node PIDs are never killed from here
+        batch = next(iter(cluster._ipp.engines.values())).batch_file  # in the profile, not the working directory
+        assert batch.startswith(cluster._ipp.profile_dir) and os.path.exists(batch)
         train_both(cluster, ["h1", "h2"])
     finally:
         t = time.monotonic()
         cluster.stop()
         down = time.monotonic() - t
     print(f"Slurm, 2 hosts x 2 engines: start {up:.1f} s, stop {down:.1f} s")
-    assert bed.squeue() == []
+    assert bed.squeue() == [] and not os.path.exists(batch)
     assert not in_bed(bed), "processes left on the hosts after stop(): " + str({p: _cmdline(p) for p in in_bed(bed)})
 
 

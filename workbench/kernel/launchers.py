@@ -38,6 +38,14 @@ def configure(options, launcher, timeout):
         # hosts after stop()); the controller's heartbeat notices a dead engine anyway
         config[section].engine_cmd = [sys.executable, "-m", "workbench.engine.start",
                                       f"--IPEngine.wait_for_url_file={timeout}", "--IPEngine.enable_nanny=False"]
+    if launcher in SLURM and "batch_file_name" not in config[section]:
+        # ipyparallel writes the batch script into the working directory (a user's notebook
+        # folder): into the workbench's profile instead, one a cluster object
+        import uuid
+
+        from workbench.kernel import home
+
+        config[section].batch_file_name = str(home.profile_dir() / f"slurm_engines-{uuid.uuid4().hex[:8]}.sbatch")
     if launcher in MPI:
         _require_mpi4py()
         if "mpi_args" not in config.MPILauncher and "mpi_args" not in config.MPIEngineSetLauncher:
@@ -181,4 +189,9 @@ def end_slurm_jobs(ipp_cluster, deadline=30.0):
             left.append(s.job_id)
         else:
             ipp_cluster.engines.pop(key, None)
+            if os.path.basename(s.batch_file).startswith("slurm_engines-"):  # ours (``configure``)
+                try:
+                    os.remove(s.batch_file)
+                except OSError:
+                    pass
     return left
