@@ -8,7 +8,7 @@ from typing import Any
 from workbench.common import roles
 from workbench.common import validate
 from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, invalid
-from workbench.kernel import home, live, reaper, recorded, remote
+from workbench.kernel import home, launchers, live, reaper, recorded, remote
 from workbench.kernel.launch import launch as start_run
 from workbench.kernel.pool import EnginePool
 from workbench.kernel.processes import family, reap
@@ -157,6 +157,7 @@ class Cluster:
             options.setdefault("controller_ip", "127.0.0.1")
         if self.launcher == "ssh":
             remote.configure_ssh(options, self.hosts, self.controller, self.timeout)
+        launchers.configure(options, self.launcher, self.timeout)  # MPI, Slurm
         if self.controller == "local":
             # a dead engine is unregistered after ~3 s instead of ipyparallel's 30 s
             options.setdefault("controller_args", ["--HeartMonitor.period=1000",
@@ -250,6 +251,8 @@ class Cluster:
         self._collect_pids()
         processes = family(self._pids)  # with engines' nannies, controller's schedulers
         controller = remote.local_pids(self._ipp.controller)
+        launchers.end_mpi_jobs(self._ipp)  # mpiexec takes its ranks on every host down
+        launchers.end_slurm_jobs(self._ipp)  # scancel, until squeue no longer lists the job
         # engines whose TF runtime holds collectives or servers take ~10 s to exit when asked;
         # their runs are over and saved, so end them (ours, by PID) before the controller
         reap(processes - family(controller), deadline=0)
@@ -390,6 +393,8 @@ class Cluster:
                 "cluster was attached, not started, by the workbench, so it cannot restart them. "
                 "Restart those engines (or the cluster) and try again."
             )
+        if launchers.is_mpi(self._ipp):  # one mpiexec job: restarted whole, never rank by rank
+            return self._restart_mpi()
         local = [o for o in old if self._is_local(o)]
         where = remote.ssh_hosts_of(self._ipp, [o.pid for o in old if not self._is_local(o)])
         others = [o.id for o in old if not self._is_local(o) and o.id in self.client.ids and o.pid not in where]
@@ -405,6 +410,17 @@ class Cluster:
         else:
             self._ipp.start_engines_sync(n=len(old))
         self._write_pidfile()
+        return None
+
+    def _restart_mpi(self):
+        """Every engine of the cluster restarted, as the ranks of a new ``mpiexec`` job (same
+        engine ids: ipyparallel's --mpi makes the rank the id). Returns the old engines."""
+        old = list(self.pool.info.values())
+        launchers.refuse_under_run(self.runs, [o.id for o in old])
+        launchers.restart_mpi(self._ipp, self.client, [o.id for o in old], self.n, self.timeout)
+        self._pids.clear()  # the old job's; the controller's and the new job's are collected
+        self._write_pidfile()
+        return old
 
     # -- runs --------------------------------------------------------------------------
     def train(self, model, data, *, loss="sparse_categorical_crossentropy", optimizer="sgd",

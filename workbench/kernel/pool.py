@@ -57,12 +57,13 @@ class EnginePool:
 
     ``is_local(info)``: did a launcher of this kernel start that engine (may it be killed
     by PID)? ``restart(infos)``: end those engines and start as many new ones (on their
-    hosts where the launcher can); raises ``ClusterError`` where it cannot. ``on_change()``:
+    hosts where the launcher can); raises ``ClusterError`` where it cannot; returns None,
+    or every engine when the launcher restarted its whole job (MPI). ``on_change()``:
     the inventory or a TF state changed (the cluster rewrites its record). ``tag()``: the
     cluster's id, part of each engine's environment."""
 
     def __init__(self, timeout: float, *, is_local: Callable[[roles.EngineInfo], bool],
-                 restart: Callable[[list[roles.EngineInfo]], None], on_change: Callable[[], None],
+                 restart: Callable[[list[roles.EngineInfo]], list[roles.EngineInfo] | None], on_change: Callable[[], None],
                  tag: Callable[[], str], controller_host: Callable[[], str]) -> None:
         self.timeout = timeout
         self.client: Any = None  # the cluster's ipyparallel client, once connected
@@ -240,7 +241,12 @@ class EnginePool:
         """Replace engines ``engine_ids`` with fresh ones on the same ports. Returns {old: new}."""
         engine_ids = sorted(engine_ids)
         old = {e: self._info[e] for e in engine_ids}
-        self._restart(list(old.values()))  # raises, the pool unchanged, where it cannot
+        # raises, the pool unchanged, where it cannot; a launcher that restarts its whole
+        # job (MPI: every engine, under the same ids, rank = id) returns every old engine
+        whole = self._restart(list(old.values()))
+        if whole is not None:
+            old = {o.id: o for o in whole}
+        engine_ids = sorted(old)
         for e in engine_ids:
             del self._info[e]
             self._state.pop(e, None)
@@ -250,10 +256,13 @@ class EnginePool:
         def fresh():
             return sorted(set(self.client.ids) - keep - set(engine_ids) - self._retired)
 
-        wait_until(lambda: len(fresh()) >= len(engine_ids), self.timeout,
-                   lambda: f"{len(engine_ids)} new engines; registered: {self.client.ids}")
-        new = fresh()[: len(engine_ids)]
-        self._retired.update(engine_ids)
+        if whole is not None:  # the restart waited for the new job's engines
+            new = sorted(self.client.ids)[: len(engine_ids)]
+        else:
+            wait_until(lambda: len(fresh()) >= len(engine_ids), self.timeout,
+                       lambda: f"{len(engine_ids)} new engines; registered: {self.client.ids}")
+            new = fresh()[: len(engine_ids)]
+            self._retired.update(engine_ids)
         ports = {}
         for o in old.values():
             ports.setdefault(o.host, []).append(o.port)

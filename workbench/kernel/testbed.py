@@ -32,16 +32,17 @@ _PACKAGES = {"/usr/sbin/sshd": "openssh-server", "/usr/lib/openssh/sftp-server":
              "/usr/bin/unshare": "util-linux", "/usr/bin/nsenter": "util-linux"}
 
 
-def testbed(hosts=2, *, timeout=30.0):
+def testbed(hosts=2, *, timeout=30.0, slurm=False):
     """Create ``hosts`` emulated hosts (an int, or a list of host names) and return the
-    ``Testbed``; use it as a context manager, or call ``close()``."""
-    return Testbed(hosts, timeout=timeout)
+    ``Testbed``; use it as a context manager, or call ``close()``. ``slurm=True`` adds a
+    Slurm cluster of the hosts (munged, slurmctld, a slurmd each: Debian's slurm-wlm, munge)."""
+    return Testbed(hosts, timeout=timeout, slurm=slurm)
 
 
 class Testbed:
     """N emulated hosts with an sshd each. See the module's docstring."""
 
-    def __init__(self, hosts=2, *, timeout=30.0):
+    def __init__(self, hosts=2, *, timeout=30.0, slurm=False):
         names = [f"h{i + 1}" for i in range(hosts)] if isinstance(hosts, int) and not isinstance(hosts, bool) else hosts
         if not isinstance(names, (list, tuple)) or not 1 <= len(names) <= 200 or len(set(names)) != len(names) \
                 or not all(isinstance(n, str) and n.isalnum() and len(n) <= 8 for n in names):
@@ -58,6 +59,8 @@ class Testbed:
         self._statefile = os.path.join(self.dir, "state.json")
         self._reaper = None
         self._sshd = {}
+        self.slurm_conf = None  # the bed's slurm.conf, with slurm=True
+        self._slurm_procs = {}  # munged, slurmctld, slurmd-<host>: Popen
         started = time.monotonic()
         try:
             self._save()
@@ -66,6 +69,8 @@ class Testbed:
             self._make_keys()
             self._start_sshds()
             self._wait_ready(timeout)
+            if slurm:
+                self._start_slurm(timeout)
         except BaseException:
             self.close()
             raise
@@ -104,7 +109,7 @@ class Testbed:
         for proc in self._sshd.values():
             proc.poll()
         teardown(self._state)
-        for proc in self._sshd.values():
+        for proc in [*self._sshd.values(), *self._slurm_procs.values()]:
             try:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
@@ -206,6 +211,40 @@ class Testbed:
                                    + "\n".join(_tail(os.path.join(self.dir, f"sshd_{n}.log")) for n in waiting))
             if waiting:
                 time.sleep(0.1)
+
+
+    # -- MPI and Slurm across the hosts (workbench.kernel.slurm_bed) ---------------------
+    def mpi_cluster(self, engines_per_host=1, **options):
+        """Keyword arguments for ``wb.Cluster``: engines as the ranks of one ``mpiexec`` job
+        on every host (its daemons started over the bed's SSH), the controller listening on
+        the bridge address the hosts reach."""
+        from traitlets.config import Config
+
+        from workbench.kernel import slurm_bed
+
+        per_host = engines_per_host if isinstance(engines_per_host, dict) else dict.fromkeys(self.hosts, engines_per_host)
+        config = options.pop("config", None) or Config()
+        config.MPILauncher.mpi_args = slurm_bed.mpi_args(self, per_host)
+        return dict(launcher="mpi", engines=sum(per_host.values()), controller_ip=self.controller_ip, config=config,
+                    **options)
+
+    def slurm_cluster(self, engines_per_host=1, **options):
+        """Keyword arguments for ``wb.Cluster``: engines as the tasks of one ``sbatch`` job,
+        ``engines_per_host`` on each of the bed's Slurm nodes (needs ``slurm=True``)."""
+        from workbench.kernel import slurm_bed
+
+        return slurm_bed.cluster_options(self, engines_per_host, options)
+
+    def squeue(self):
+        """The bed's Slurm jobs, one ``"JOBID STATE NAME"`` line each."""
+        from workbench.kernel import slurm_bed
+
+        return slurm_bed.squeue(self)
+
+    def _start_slurm(self, timeout):
+        from workbench.kernel import slurm_bed
+
+        self.slurm_conf = slurm_bed.start(self, timeout)
 
 
 def teardown(state):
