@@ -119,3 +119,34 @@ def test_parse_rate():
     assert links.parse_rate("1.5Mbit") == 1_500_000
     assert links.parse_rate(None) is None
     assert links.format_rate(10 ** 9) == "1gbit" and links.format_rate(None) == "unshaped"
+
+
+class FakeBed:
+    hosts = {"h1": "198.18.1.11"}
+    links = {"h1": 8_000_000}  # 1 MB/s
+    is_open = True
+
+
+class FakeRun:
+    id = "fake"
+    done = True
+
+
+def test_bytes_per_step_and_utilisation_from_counter_samples():
+    """Rows arrive in batches sharing a time: bytes per step average over a window."""
+    import pandas as pd
+
+    watch = links.LinkWatch(FakeBed(), FakeRun())
+    # h1 sends 500 kB/s and receives 250 kB/s for 4 s
+    watch._samples = [(100.0 + t, "h1", 500_000 * t, 250_000 * t, 8_000_000) for t in (0, 1, 2, 3, 4)]
+    history = pd.DataFrame({"step": [1, 2, 3, 4, 5, 6, 7, 8], "worker": ["worker:0"] * 8,
+                            "time": [101.0, 101.0, 102.0, 102.0, 102.5, 102.5, 103.0, 104.0],
+                            "step_time": [0.5] * 8})
+    h = watch.join(history, window=1.0)
+    assert list(h.step) == [1, 2, 3, 4, 5, 6, 7, 8]
+    # first rows: 2 steps since the first began (0.5 s); then the steps of each last second
+    assert h.link_tx_bytes_h1.tolist() == pytest.approx([125_000] * 2 + [250_000] * 2 + [125_000] * 2
+                                                        + [500_000 / 3, 500_000])
+    assert (h.link_rx_bytes_h1 * 2).tolist() == pytest.approx(h.link_tx_bytes_h1.tolist())
+    assert h.link_util_h1.tolist() == pytest.approx([0.5] * 8)
+    assert watch.busiest(window=10) == ("h1", pytest.approx(0.5), pytest.approx(500_000))

@@ -25,6 +25,7 @@ _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNOREC
 _MIN, _MAX = 10 ** 5, 100 * 10 ** 9  # 100 kbit .. 100 gbit
 _EXPECTED = 'a rate such as "100mbit" or "1gbit" (units bit, kbit, mbit, gbit; 100kbit to 100gbit), or None for an unshaped link'
 SAMPLE_EVERY = 0.1  # seconds between counter samples while a run trains
+WINDOW = 1.0  # seconds of traffic that bytes per step and utilisation average over
 
 _beds = weakref.WeakSet()  # open test beds in this process
 _watches = weakref.WeakSet()  # live LinkWatch objects (they record injected faults)
@@ -186,37 +187,41 @@ class LinkWatch:
             df[col] = df[col] - df.groupby("host")[col].transform("first")
         return df
 
-    def join(self, history):
+    def join(self, history, window=WINDOW):
         """``history`` with, per host H of the bed, ``link_tx_bytes_H`` / ``link_rx_bytes_H``
-        (bytes H sent / received per step, over each worker's interval since its previous
-        row) and ``link_util_H`` (the busier direction's bytes/s over the set rate; NaN
-        where the link is unshaped)."""
+        (bytes H sent / received per step) and ``link_util_H`` (the busier direction's
+        bits/s over the set rate; NaN where the link is unshaped), each averaged over the
+        ``window`` seconds before the row: engines publish rows in batches, and a step's
+        own few milliseconds are finer than the counters are sampled."""
         import numpy as np
 
         samples = self.frame()
         if history.empty or samples.empty:
             return history
         h = history.copy()
-        order = h.sort_values(["worker", "step"]).index
-        h = h.loc[order]
-        prev_time = h.groupby("worker")["time"].shift(1)
-        steps = h["step"] - h.groupby("worker")["step"].shift(1)
-        # a worker's first row: its interval from its step_time
-        prev_time = prev_time.fillna(h["time"] - h["step_time"].fillna(0))
-        steps = steps.fillna(1).clip(lower=1)
+        since = np.empty(len(h))
+        steps = np.empty(len(h))
+        for _, g in h.groupby("worker"):
+            g = g.sort_values(["time", "step"])
+            t = g["time"].to_numpy(dtype=float)
+            st = g.groupby("time")["step"].transform("max").to_numpy()  # rows of one batch: its last step
+            before = np.searchsorted(t, t - window, side="right") - 1  # its last row >= window ago
+            begin = t[0] - float(np.nan_to_num(g["step_time"].iloc[0]))  # the worker's first step began
+            pos = h.index.get_indexer(g.index)
+            since[pos] = np.where(before >= 0, t - window, np.maximum(t - window, begin))
+            steps[pos] = np.maximum(st - np.where(before >= 0, st[np.maximum(before, 0)], g["step"].iloc[0] - 1), 1)
+        now = h["time"].to_numpy(dtype=float)
+        span = np.maximum(now - since, 1e-6)
         for host, s in samples.groupby("host"):
             t = s["time"].to_numpy()
-            span = np.maximum(h["time"].to_numpy() - prev_time.to_numpy(), 1e-9)
             moved = {}
             for col, name in (("sent", "tx"), ("received", "rx")):
                 v = s[col].to_numpy(dtype=float)
-                delta = np.interp(h["time"], t, v) - np.interp(prev_time, t, v)
-                moved[name] = delta
-                h[f"link_{name}_bytes_{host}"] = delta / steps.to_numpy()
-            rate = np.interp(h["time"], t, s["rate"].astype(float).fillna(np.nan).to_numpy())
-            busiest = np.maximum(moved["tx"], moved["rx"])
-            h[f"link_util_{host}"] = busiest * 8 / span / rate
-        return h.sort_index()
+                moved[name] = np.interp(now, t, v) - np.interp(since, t, v)
+                h[f"link_{name}_bytes_{host}"] = moved[name] / steps
+            rate = np.interp(now, t, s["rate"].astype(float).to_numpy())
+            h[f"link_util_{host}"] = np.maximum(moved["tx"], moved["rx"]) * 8 / span / rate
+        return h
 
     def busiest(self, window=2.0):
         """(host, utilisation or None, bytes/s) of the link that moved most in the last
