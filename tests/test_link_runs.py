@@ -8,7 +8,7 @@ import pytest
 
 import workbench as wb
 
-pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(300)]
 
 DIGITS = wb.datasets.digits()
 WIDE = wb.models.mlp((512,))  # 38,000 parameters: 150 KB of gradients a step

@@ -312,6 +312,10 @@ def teardown(state):
             break
     for ns in state.get("netns", {}).values():
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    for host in state.get("netns", {}):  # a namespace something still holds keeps its veth: remove it here
+        veth = f"{state['bridge']}{host}"
+        if os.path.exists(f"/sys/class/net/{veth}"):
+            subprocess.run(["ip", "link", "del", veth], capture_output=True)
     if state.get("bridge_made"):
         subprocess.run(["ip", "link", "del", state["bridge"]], capture_output=True)
     shutil.rmtree(state["dir"], ignore_errors=True)  # the state file too: the reaper then exits
