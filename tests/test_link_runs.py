@@ -8,7 +8,7 @@ import pytest
 
 import workbench as wb
 
-pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
 
 DIGITS = wb.datasets.digits()
 WIDE = wb.models.mlp((512,))  # 38,000 parameters: 150 KB of gradients a step
@@ -49,17 +49,14 @@ def test_history_has_each_hosts_bytes_per_step_and_link_utilisation(cluster, bed
     assert "busiest link h" in text
 
 
-def test_injected_faults_are_events_of_the_run(cluster, bed):
+def test_a_link_slowed_while_a_run_trains_is_an_event_and_fills_up(cluster, bed):
     run = cluster.train(WIDE, DIGITS, strategy="multi_worker_mirrored", workers=2, global_batch_size=64,
-                        steps=100_000, checkpoint_every=0, seed=0)
-    try:
-        wait_step(run, 20)
-        bed.set_link("h2", "50mbit")
-        wait_rows_after(run, time.time() + 2.5)  # past the 1 s the utilisation averages over
-        bed.set_link("h2", "100mbit")
-        wait_step(run, run.step + 5)
-    finally:
-        run.stop()
+                        steps=800, checkpoint_every=0, seed=0)
+    wait_step(run, 20)
+    bed.set_link("h2", "50mbit")
+    wait_rows_after(run, time.time() + 2.5)  # past the 1 s the utilisation averages over
+    bed.set_link("h2", "100mbit")
+    run.wait(timeout=300)
     ev = run.events
     injected = ev[ev.kind == "injected"]
     assert list(injected.fault) == ["set_link", "set_link"] and list(injected.host) == ["h2", "h2"]
@@ -71,19 +68,6 @@ def test_injected_faults_are_events_of_the_run(cluster, bed):
     assert len(slow)
     assert slow.link_util_h2.median() > 0.7  # the slow link is the bottleneck: it stays full
     assert 0.8 < slow.link_tx_bytes_h2.median() / 153_640 < 2  # the same bytes a step, in more time
-
-
-def test_killing_a_hosts_engines_is_recorded_and_the_run_fails_naming_the_task(cluster, bed):
-    run = cluster.train(WIDE, DIGITS, strategy="multi_worker_mirrored", workers=2, global_batch_size=64,
-                        steps=100_000, checkpoint_every=0, seed=0, stall_timeout=30)
-    wait_step(run, 10)
-    pids = bed.kill_engines("h2")
-    assert len(pids) == 1
-    with pytest.raises(wb.WorkbenchError):
-        run.wait(timeout=120)
-    ev = run.events
-    killed = ev[ev.kind == "injected"]
-    assert list(killed.fault) == ["kill_engines"] and killed.pids.iloc[0] == pids
 
 
 def wait_rows_after(run, when, timeout=60):

@@ -9,6 +9,7 @@ import pytest
 
 import workbench as wb
 from workbench.kernel import links
+from workbench.kernel import testbed as tb
 
 pytestmark = pytest.mark.hosts
 
@@ -132,6 +133,19 @@ class FakeRun:
     done = True
 
 
+class LiveRun:
+    """What a LinkWatch needs of a run to record injected faults."""
+    id = "live"
+    done = False
+    step = 7
+
+    def __init__(self):
+        self.noted = []
+
+    def _note(self, kind, **info):
+        self.noted.append(dict(info, kind=kind))
+
+
 def test_bytes_per_step_and_utilisation_from_counter_samples():
     """Rows arrive in batches sharing a time: bytes per step average over a window."""
     import pandas as pd
@@ -144,9 +158,40 @@ def test_bytes_per_step_and_utilisation_from_counter_samples():
                             "step_time": [0.5] * 8})
     h = watch.join(history, window=1.0)
     assert list(h.step) == [1, 2, 3, 4, 5, 6, 7, 8]
-    # first rows: 2 steps since the first began (0.5 s); then the steps of each last second
-    assert h.link_tx_bytes_h1.tolist() == pytest.approx([125_000] * 2 + [250_000] * 2 + [125_000] * 2
+    # first rows: 2 steps since the first began (0.5 s); then the steps since the row at
+    # least 1 s older (steps 3-6 at 102.5: 1.5 s since step 2's row)
+    assert h.link_tx_bytes_h1.tolist() == pytest.approx([125_000] * 2 + [250_000] * 2 + [187_500] * 2
                                                         + [500_000 / 3, 500_000])
     assert (h.link_rx_bytes_h1 * 2).tolist() == pytest.approx(h.link_tx_bytes_h1.tolist())
     assert h.link_util_h1.tolist() == pytest.approx([0.5] * 8)
     assert watch.busiest(window=10) == ("h1", pytest.approx(0.5), pytest.approx(500_000))
+
+
+def test_faults_injected_on_a_bed_are_events_of_its_runs(bed):
+    run = LiveRun()
+    watch = links.LinkWatch(bed, run)  # what Run starts when its tasks live on the bed's hosts
+    # a stand-in engine on h2: a process whose command line is an ipyparallel engine's
+    engine = subprocess.Popen(["ip", "netns", "exec", bed.netns("h2"), sys.executable, "-c",
+                               "import sys, time; time.sleep(120)", "-m", "ipyparallel.engine"])
+    bystander = subprocess.Popen(["ip", "netns", "exec", bed.netns("h2"), sys.executable, "-c",
+                                  "import time; time.sleep(120)"])
+    try:
+        from checks import wait_for
+
+        wait_for(lambda: engine.pid in tb._netns_pids(bed.netns("h2")), 10, lambda: tb._netns_pids(bed.netns("h2")))
+        bed.set_link("h3", "1gbit")
+        bed.link_down("h3")
+        bed.link_up("h3")
+        assert bed.kill_engines("h2") == [engine.pid]
+        assert engine.wait(10) == -9 and bystander.poll() is None  # only the engine
+    finally:
+        watch.stop()
+        for p in (engine, bystander):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        bed.set_link("h3", None)
+    assert [(e["kind"], e["fault"], e["host"], e["step"]) for e in run.noted] == [
+        ("injected", "set_link", "h3", 7), ("injected", "link_down", "h3", 7), ("injected", "link_up", "h3", 7),
+        ("injected", "kill_engines", "h2", 7)]
+    assert run.noted[0]["rate"] == "1gbit" and run.noted[3]["pids"] == [engine.pid]

@@ -190,8 +190,8 @@ class LinkWatch:
     def join(self, history, window=WINDOW):
         """``history`` with, per host H of the bed, ``link_tx_bytes_H`` / ``link_rx_bytes_H``
         (bytes H sent / received per step) and ``link_util_H`` (the busier direction's
-        bits/s over the set rate; NaN where the link is unshaped), each averaged over the
-        ``window`` seconds before the row: engines publish rows in batches, and a step's
+        bits/s over the set rate; NaN where the link is unshaped), each averaged over at
+        least the ``window`` seconds before the row (back to the worker's row before that): engines publish rows in batches, and a step's
         own few milliseconds are finer than the counters are sampled."""
         import numpy as np
 
@@ -208,7 +208,9 @@ class LinkWatch:
             before = np.searchsorted(t, t - window, side="right") - 1  # its last row >= window ago
             begin = t[0] - float(np.nan_to_num(g["step_time"].iloc[0]))  # the worker's first step began
             pos = h.index.get_indexer(g.index)
-            since[pos] = np.where(before >= 0, t - window, np.maximum(t - window, begin))
+            # from the worker's last row at least ``window`` old (or its first step's start):
+            # bytes and steps over the same interval, however far apart batches arrive
+            since[pos] = np.where(before >= 0, t[np.maximum(before, 0)], np.maximum(t - window, begin))
             steps[pos] = np.maximum(st - np.where(before >= 0, st[np.maximum(before, 0)], g["step"].iloc[0] - 1), 1)
         now = h["time"].to_numpy(dtype=float)
         span = np.maximum(now - since, 1e-6)
