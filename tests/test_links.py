@@ -147,14 +147,14 @@ class LiveRun:
 
 
 def test_bytes_per_step_and_utilisation_from_counter_samples():
-    """Rows arrive in batches sharing a time: bytes per step average over a window."""
+    """Rows arrive in batches (times microseconds apart): bytes per step average over a window."""
     import pandas as pd
 
     watch = links.LinkWatch(FakeBed(), FakeRun())
     # h1 sends 500 kB/s and receives 250 kB/s for 4 s
     watch._samples = [(100.0 + t, "h1", 500_000 * t, 250_000 * t, 8_000_000) for t in (0, 1, 2, 3, 4)]
     history = pd.DataFrame({"step": [1, 2, 3, 4, 5, 6, 7, 8], "worker": ["worker:0"] * 8,
-                            "time": [101.0, 101.0, 102.0, 102.0, 102.5, 102.5, 103.0, 104.0],
+                            "time": [100.9999, 101.0, 102.0, 102.0, 102.4999, 102.5, 103.0, 104.0],
                             "step_time": [0.5] * 8})
     h = watch.join(history, window=1.0)
     assert list(h.step) == [1, 2, 3, 4, 5, 6, 7, 8]

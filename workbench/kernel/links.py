@@ -25,6 +25,7 @@ _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNOREC
 _MIN, _MAX = 10 ** 5, 100 * 10 ** 9  # 100 kbit .. 100 gbit
 _EXPECTED = 'a rate such as "100mbit" or "1gbit" (units bit, kbit, mbit, gbit; 100kbit to 100gbit), or None for an unshaped link'
 SAMPLE_EVERY = 0.1  # seconds between counter samples while a run trains
+BATCH_GAP = 0.002  # rows of one worker closer than this in time were published as one batch
 WINDOW = 1.0  # seconds of traffic that bytes per step and utilisation average over
 
 _beds = weakref.WeakSet()  # open test beds in this process
@@ -201,18 +202,21 @@ class LinkWatch:
         h = history.copy()
         since = np.empty(len(h))
         steps = np.empty(len(h))
+        now = np.empty(len(h))
         for _, g in h.groupby("worker"):
             g = g.sort_values(["time", "step"])
-            t = g["time"].to_numpy(dtype=float)
-            st = g.groupby("time")["step"].transform("max").to_numpy()  # rows of one batch: its last step
+            # rows of one batch (published together, microseconds apart) count as one: its end, its last step
+            batch = (g["time"].diff() > BATCH_GAP).cumsum()
+            t = g["time"].groupby(batch).transform("max").to_numpy(dtype=float)
+            st = g["step"].groupby(batch).transform("max").to_numpy()
             before = np.searchsorted(t, t - window, side="right") - 1  # its last row >= window ago
             begin = t[0] - float(np.nan_to_num(g["step_time"].iloc[0]))  # the worker's first step began
             pos = h.index.get_indexer(g.index)
+            now[pos] = t
             # from the worker's last row at least ``window`` old (or its first step's start):
             # bytes and steps over the same interval, however far apart batches arrive
             since[pos] = np.where(before >= 0, t[np.maximum(before, 0)], np.maximum(t - window, begin))
             steps[pos] = np.maximum(st - np.where(before >= 0, st[np.maximum(before, 0)], g["step"].iloc[0] - 1), 1)
-        now = h["time"].to_numpy(dtype=float)
         span = np.maximum(now - since, 1e-6)
         for host, s in samples.groupby("host"):
             t = s["time"].to_numpy()
