@@ -89,11 +89,11 @@ if bed is not None:
     print("at 1 Gbit, 10x the rate, steps/s grow at least 3x:", fast["steps_per_s"] / slow["steps_per_s"] >= 3)
 """),
         md("""
-At 100 Mbit the link is the limit and the ring fills it (the ratio printed above, in the
-cell before it as `bus_over_link`). At 1 Gbit the same run is faster, but on this 2-core
-machine it no longer fills the link: the CPU, which runs both hosts' TensorFlow, the
-kernel and the shaping, becomes the limit (its `bus_over_link` above). The table of
-`bench/network.py` has the same run unshaped, at 1 Gbit and at 100 Mbit.
+At both rates the link is the limit and the ring fills it: `bus_over_link` above was 1.00
+at 100 Mbit and 0.99 at 1 Gbit when this was saved (0.94 and 0.88 in an earlier execution on
+this busy 2-core machine, where the CPU runs both hosts' TensorFlow and the shaping: above
+1 Gbit it, not the link, becomes the limit; `bench/network.py` reaches ~1 Gbit/s unshaped).
+The table of `bench/network.py` has the same run unshaped, at 1 Gbit and at 100 Mbit.
 
 ## A parameter server's link fills up as workers grow
 
