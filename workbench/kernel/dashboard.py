@@ -11,7 +11,7 @@ import threading
 import time
 
 
-from workbench.kernel import render
+from workbench.kernel import links, render
 from workbench.store import RunDir
 
 MIME_WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -217,6 +217,13 @@ class Dashboard:
         for name in getattr(self.run.job, "metric_names", ()):  # the user's metrics: mean over the last 5 s
             if name in recent:
                 parts.append(f"{html.escape(name)} {recent[name].mean():.3f}")
+        watch = getattr(self.run, "links", None)  # recorded runs have none
+        busiest = watch.busiest() if watch is not None else None
+        if busiest:  # a run across test-bed hosts: the link that moves most
+            host, util, rate = busiest
+            parts.append(f"busiest link {html.escape(host)} {rate * 8 / 1e6:,.1f} Mbit/s"
+                         + (f" ({util:.0%} of {links.format_rate(watch.bed.links.get(host))})" if util is not None else
+                            " (unshaped)"))
         base = self._baseline()
         if base:
             parts.append(f"scaling efficiency {total / (len(per_worker) * base):.2f} "

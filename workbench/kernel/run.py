@@ -66,6 +66,9 @@ class Run:
         self._sync = spec.synchronous  # lockstep workers: a lost one can hang the others
         # asynchronous runs outlive a lost worker: the workbench brings a replacement up
         self._engines = EngineWatch(self, replace_workers=spec.has_ps)
+        from workbench.kernel import links
+
+        self._links = links.watch(self)  # a run across test-bed hosts: its links' bytes, sampled
         self._thread = threading.Thread(target=self._watch, name=f"workbench-run-{job.run_id}", daemon=True)
         self._thread.start()
 
@@ -164,7 +167,7 @@ class Run:
         with self._lock:
             version = self._version
             if self._history[0] == version:  # built once per new row, not once per call
-                return self._history[1].copy()
+                return self._with_links(self._history[1].copy())
             rows = sorted(self._rows.values(), key=lambda r: (r["step"], r["worker"]))
         cols = ["step", "worker", "loss", "accuracy", "examples_per_s", "step_time", "time", "elapsed"]
         if not rows:
@@ -176,7 +179,18 @@ class Run:
         cols += [c for c in df.columns if c not in cols and c != "replicas"]  # the run's metrics
         df = df[cols].reset_index(drop=True)
         self._history = (version, df)
-        return df.copy()
+        return self._with_links(df.copy())
+
+    @property
+    def links(self) -> Any:
+        """The run's ``LinkWatch`` (``kernel/links.py``) when its tasks live on a test bed's
+        hosts: the links' byte counters, sampled while it trains; otherwise None."""
+        return self._links
+
+    def _with_links(self, df):
+        """Runs across test-bed hosts: per host, bytes sent/received per step and link
+        utilisation (``link_tx_bytes_<host>``, ``link_rx_bytes_<host>``, ``link_util_<host>``)."""
+        return df if self._links is None else self._links.join(df)
 
     @property
     def evaluations(self) -> Any:
@@ -313,6 +327,9 @@ class Run:
                     break
                 time.sleep(_POLL)
         finally:
+            if self._links is not None:
+                self._links.sample()
+                self._links.stop()
             self._engines.join()
             for name, ar in list(self._results.items()):  # a replacement that came up at the end
                 if self._error is None and name not in self._outcome and ar.wait(5):

@@ -27,26 +27,33 @@ import time
 from workbench.errors import TestbedError, invalid
 from workbench.kernel import reaper
 
-_PACKAGES = {"/usr/sbin/sshd": "openssh-server", "/usr/lib/openssh/sftp-server": "openssh-server",
+_PACKAGES = {"/usr/sbin/tc": "iproute2", "/usr/sbin/sshd": "openssh-server", "/usr/lib/openssh/sftp-server": "openssh-server",
              "/usr/bin/ssh": "openssh-client", "/usr/bin/ssh-keygen": "openssh-client",
              "/usr/bin/unshare": "util-linux", "/usr/bin/nsenter": "util-linux"}
 
 
-def testbed(hosts=2, *, timeout=30.0, slurm=False):
+def testbed(hosts=2, *, link=None, timeout=30.0, slurm=False):
     """Create ``hosts`` emulated hosts (an int, or a list of host names) and return the
     ``Testbed``; use it as a context manager, or call ``close()``. ``slurm=True`` adds a
-    Slurm cluster of the hosts (munged, slurmctld, a slurmd each: Debian's slurm-wlm, munge)."""
-    return Testbed(hosts, timeout=timeout, slurm=slurm)
+    Slurm cluster of the hosts (munged, slurmctld, a slurmd each: Debian's slurm-wlm, munge).
+
+    ``link`` sets every host's link bandwidth ("1gbit", "100mbit", ...), or per host with
+    a dict (``{"h1": "100mbit"}``; hosts not named stay unshaped); None leaves links
+    unshaped. Only bandwidth is emulated: this kernel has no netem (no latency, no loss)."""
+    return Testbed(hosts, link=link, timeout=timeout, slurm=slurm)
 
 
 class Testbed:
     """N emulated hosts with an sshd each. See the module's docstring."""
 
-    def __init__(self, hosts=2, *, timeout=30.0, slurm=False):
+    def __init__(self, hosts=2, *, link=None, timeout=30.0, slurm=False):
         names = [f"h{i + 1}" for i in range(hosts)] if isinstance(hosts, int) and not isinstance(hosts, bool) else hosts
         if not isinstance(names, (list, tuple)) or not 1 <= len(names) <= 200 or len(set(names)) != len(names) \
                 or not all(isinstance(n, str) and n.isalnum() and len(n) <= 8 for n in names):
             raise invalid("hosts", hosts, "an int in 1..200, or a list of distinct alphanumeric names of at most 8 characters")
+        from workbench.kernel import links
+
+        rates = links.parse_links(link, names)
         _require_tools()
         self.tag = f"{random.randrange(16 ** 4):04x}"
         net = _free_subnet()
@@ -69,6 +76,11 @@ class Testbed:
             self._make_keys()
             self._start_sshds()
             self._wait_ready(timeout)
+            self.links = dict.fromkeys(self.hosts)  # host -> bits/s, None: unshaped
+            for name, bits in rates.items():
+                if bits is not None:
+                    self._set_link(name, bits, _record=False)
+            links._beds.add(self)
             if slurm:
                 self._start_slurm(timeout)
         except BaseException:
@@ -99,6 +111,74 @@ class Testbed:
     def ssh(self, host, command, timeout=30):
         """Run a shell ``command`` on ``host`` over SSH; returns the CompletedProcess."""
         return subprocess.run(["ssh", *self.ssh_args, host, command], capture_output=True, text=True, timeout=timeout)
+
+    # -- links and faults (workbench.kernel.links) ---------------------------------------
+    @property
+    def is_open(self):
+        return self._state is not None
+
+    def veth(self, host):
+        """The host-side end of ``host``'s link, in this (the root) namespace."""
+        self._host(host)
+        return f"wb{self.tag}{host}"
+
+    def netns(self, host):
+        """The network namespace of ``host`` (for ``ip netns exec``)."""
+        self._host(host)
+        return self._state["netns"][host]
+
+    def set_link(self, host, rate):
+        """Shape ``host``'s link to ``rate`` ("50mbit", "1gbit", ...) both ways, or None to
+        remove the shaping; takes effect at once, also while a run trains (and is recorded
+        in that run's events)."""
+        self._set_link(host, rate)
+
+    def _set_link(self, host, rate, _record=True):
+        from workbench.kernel import links
+
+        self._host(host)
+        bits = rate if isinstance(rate, int) and not isinstance(rate, bool) else links.parse_rate(rate, "rate")
+        links.shape(self.veth(host), self._state["netns"][host], bits)
+        self.links[host] = bits
+        if _record:
+            links.record_fault(self, "set_link", host, rate=links.format_rate(bits))
+
+    def link_down(self, host):
+        """Cut ``host`` off the network (both ends of its link down) until ``link_up``."""
+        from workbench.kernel import links
+
+        self._host(host)
+        links.set_state(self.veth(host), self._state["netns"][host], up=False)
+        links.record_fault(self, "link_down", host)
+
+    def link_up(self, host):
+        from workbench.kernel import links
+
+        self._host(host)
+        links.set_state(self.veth(host), self._state["netns"][host], up=True)
+        # a veth that comes back up rejoins the bridge as it was: nothing else to redo
+        links.record_fault(self, "link_up", host)
+
+    def kill_engines(self, host, sig=9):
+        """Kill every ipyparallel engine running on ``host`` (a lost machine, for its
+        engines); returns their PIDs (as this machine numbers them)."""
+        from workbench.kernel import links
+
+        self._host(host)
+        pids = sorted(p for p in _netns_pids(self._state["netns"][host]) if _is_engine(p))
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        links.record_fault(self, "kill_engines", host, pids=pids)
+        return pids
+
+    def _host(self, host):
+        if self._state is None:
+            raise TestbedError(f"The test bed {self.tag} is closed.")
+        if host not in self.hosts:
+            raise invalid("host", host, f"a host of this bed ({', '.join(self.hosts)})")
 
     # -- lifecycle ----------------------------------------------------------------------
     def close(self):
@@ -269,6 +349,10 @@ def teardown(state):
             break
     for ns in state.get("netns", {}).values():
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    for host in state.get("netns", {}):  # a namespace something still holds keeps its veth: remove it here
+        veth = f"{state['bridge']}{host}"
+        if os.path.exists(f"/sys/class/net/{veth}"):
+            subprocess.run(["ip", "link", "del", veth], capture_output=True)
     if state.get("bridge_made"):
         subprocess.run(["ip", "link", "del", state["bridge"]], capture_output=True)
     shutil.rmtree(state["dir"], ignore_errors=True)  # the state file too: the reaper then exits
@@ -277,6 +361,15 @@ def teardown(state):
 def _netns_pids(ns):
     out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
     return {int(p) for p in out.stdout.split()} if out.returncode == 0 else set()
+
+
+def _is_engine(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ")
+    except OSError:
+        return False
+    return b"ipyparallel.engine" in cmd or b"ipengine" in cmd
 
 
 def _require_tools():

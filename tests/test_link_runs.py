@@ -1,0 +1,85 @@
+"""Runs across test-bed hosts see their links: bytes each host sent and received per
+step and each link's utilisation in ``run.history``, the busiest link on the dashboard,
+and faults injected from the notebook recorded in the run's events."""
+
+import time
+
+import pytest
+
+import workbench as wb
+
+pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
+
+DIGITS = wb.datasets.digits()
+WIDE = wb.models.mlp((512,))  # 38,000 parameters: 150 KB of gradients a step
+
+
+@pytest.fixture(scope="module")
+def bed():
+    with wb.testbed(hosts=2, link="100mbit") as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def cluster(bed):
+    c = wb.Cluster(**bed.ssh_cluster(1), timeout=120)
+    with pytest.warns(UserWarning, match="TensorFlow's gRPC servers"):  # engines on a network
+        c.start()
+    yield c
+    c.stop()
+
+
+def test_history_has_each_hosts_bytes_per_step_and_link_utilisation(cluster, bed):
+    run = cluster.train(WIDE, DIGITS, strategy="multi_worker_mirrored", workers=2, global_batch_size=64,
+                        steps=150, checkpoint_every=0, seed=0)
+    run.wait(timeout=300)
+    h = run.history
+    variables = run.placement[run.placement.kind == "model"]
+    model_bytes = int(variables[variables.task == 0].bytes.sum())  # one replica's
+    late = h[h.step > 20]  # past the first steps' set-up traffic
+    for host in bed.hosts:
+        sent, received = late[f"link_tx_bytes_{host}"].median(), late[f"link_rx_bytes_{host}"].median()
+        util = late[f"link_util_{host}"].median()
+        print(f"{host}: {sent:,.0f} B sent, {received:,.0f} B received a step ({sent / model_bytes:.2f} x the "
+              f"model's {model_bytes:,} B), link utilisation {util:.2f}")
+        # a ring of 2 sends each worker's half of the gradients and receives the other half, twice
+        assert 0.8 <= sent / model_bytes <= 2 and 0.8 <= received / model_bytes <= 2
+        assert 0 < util <= 1.1
+    text = run.dashboard()._throughput_text(h)
+    assert "busiest link h" in text
+
+
+def test_a_link_slowed_while_a_run_trains_is_an_event_and_fills_up(cluster, bed):
+    run = cluster.train(WIDE, DIGITS, strategy="multi_worker_mirrored", workers=2, global_batch_size=64,
+                        steps=800, checkpoint_every=0, seed=0)
+    wait_step(run, 20)
+    bed.set_link("h2", "50mbit")
+    wait_rows_after(run, time.time() + 2.5)  # past the 1 s the utilisation averages over
+    bed.set_link("h2", "100mbit")
+    run.wait(timeout=300)
+    ev = run.events
+    injected = ev[ev.kind == "injected"]
+    assert list(injected.fault) == ["set_link", "set_link"] and list(injected.host) == ["h2", "h2"]
+    assert list(injected.rate) == ["50mbit", "100mbit"] and (injected.step >= 20).all()
+    h = run.history
+    slow = h[(h.time > injected.time.iloc[0] + 1.2) & (h.time < injected.time.iloc[1])]
+    print(f"h2 at 50 mbit: utilisation {slow.link_util_h2.median():.2f}, {slow.link_tx_bytes_h2.median():,.0f} B "
+          f"sent a step")
+    assert len(slow)
+    assert slow.link_util_h2.median() > 0.7  # the slow link is the bottleneck: it stays full
+    assert 0.8 < slow.link_tx_bytes_h2.median() / 153_640 < 2  # the same bytes a step, in more time
+
+
+def wait_rows_after(run, when, timeout=60):
+    from checks import wait_for
+
+    wait_for(lambda: run.done or (len(run.history) and run.history.time.max() > when), timeout,
+             lambda: (run.step, run.status))
+    assert not run.done, run.error
+
+
+def wait_step(run, step, timeout=120):
+    from checks import wait_for
+
+    wait_for(lambda: run.step >= step or run.done, timeout, lambda: (run.step, run.status))
+    assert not run.done, run.error

@@ -1,0 +1,197 @@
+"""Links of the test bed: a set bandwidth both ways (tbf; no netem here, so no latency or
+loss), changed at once, counted per host, and faults injected on purpose."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+import workbench as wb
+from workbench.kernel import links
+from workbench.kernel import testbed as tb
+
+pytestmark = pytest.mark.hosts
+
+# receiver: accept one connection, read BYTES, print the rate from its first byte to its last
+RECEIVE = """
+import socket, sys, time
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind((sys.argv[1], 5201)); srv.listen(1); print("ready", flush=True)
+conn, _ = srv.accept(); total, first = 0, None
+while total < int(sys.argv[2]):
+    chunk = conn.recv(1 << 20)
+    if not chunk:
+        break
+    first = first or time.monotonic(); total += len(chunk)
+print(total * 8 / (time.monotonic() - first), flush=True)
+"""
+SEND = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], 5201), 10); block = b"x" * (1 << 20); left = int(sys.argv[2])
+while left > 0:
+    left -= s.send(block[:min(left, len(block))])
+s.close()
+"""
+
+
+def stream(bed, src, dst, nbytes):
+    """Bits/s of one TCP stream of ``nbytes`` from host ``src`` to host ``dst``."""
+    recv = subprocess.Popen(["ip", "netns", "exec", bed.netns(dst), sys.executable, "-c", RECEIVE,
+                             bed.hosts[dst], str(nbytes)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert recv.stdout.readline().strip() == "ready"
+        subprocess.run(["ip", "netns", "exec", bed.netns(src), sys.executable, "-c", SEND, bed.hosts[dst], str(nbytes)],
+                       check=True, timeout=60)
+        out, _ = recv.communicate(timeout=60)
+        return float(out)
+    finally:
+        if recv.poll() is None:
+            recv.kill()
+            recv.wait()
+
+
+@pytest.fixture(scope="module")
+def bed():
+    with wb.testbed(hosts=3, link={"h1": "100mbit"}) as b:
+        yield b
+
+
+def test_a_shaped_link_carries_its_rate_both_ways_and_no_more(bed):
+    assert bed.links == {"h1": 100_000_000, "h2": None, "h3": None}
+    # 100 mbit: 2 s of traffic each way, counted by bytes, not by a clock
+    out_of_h1 = stream(bed, "h1", "h2", 25_000_000)
+    into_h1 = stream(bed, "h2", "h1", 25_000_000)
+    for measured in (out_of_h1, into_h1):
+        assert 0.95 <= measured / 100e6 <= 1.03, (out_of_h1, into_h1)
+    # the unshaped pair is far faster (CPU-bound, ~10 Gbit/s here)
+    assert stream(bed, "h2", "h3", 100_000_000) > 10 * 100e6
+
+
+def test_set_link_changes_the_rate_at_once_and_none_unshapes(bed):
+    try:
+        bed.set_link("h2", "200mbit")
+        assert 0.95 <= stream(bed, "h3", "h2", 50_000_000) / 200e6 <= 1.03
+        bed.set_link("h2", None)
+        assert stream(bed, "h3", "h2", 100_000_000) > 10 * 200e6
+        assert bed.links["h2"] is None
+    finally:
+        bed.set_link("h2", None)
+
+
+def test_counters_see_what_a_host_sent_and_received(bed):
+    sent0, received0 = links.counters(bed.veth("h3"))
+    stream(bed, "h3", "h2", 10_000_000)
+    sent, received = links.counters(bed.veth("h3"))
+    assert 10_000_000 <= sent - sent0 <= 10_000_000 * 1.1  # payload + TCP/IP headers
+    assert received - received0 < 1_000_000  # ACKs only
+
+
+def test_a_link_taken_down_carries_nothing_until_it_comes_up(bed):
+    probe = [sys.executable, "-c", "import socket, sys; socket.create_connection((sys.argv[1], 22), 2)"]
+    bed.link_down("h3")
+    try:
+        assert subprocess.run(["ip", "netns", "exec", bed.netns("h3"), *probe, bed.hosts["h1"]],
+                              capture_output=True).returncode != 0
+    finally:
+        bed.link_up("h3")
+    deadline = time.monotonic() + 10  # the bridge port forwards again once it is up
+    while subprocess.run(["ip", "netns", "exec", bed.netns("h3"), *probe, bed.hosts["h1"]],
+                         capture_output=True).returncode != 0:
+        assert time.monotonic() < deadline, "h3 cannot reach h1 10 s after link_up"
+
+
+@pytest.mark.parametrize("link", ["fast", "100 Mbps", 100, "0mbit", "500gbit", {"h9": "1gbit"}, {"h1": "1gbyte"}])
+def test_rates_are_checked_before_anything_is_made(link):
+    with pytest.raises(wb.ConfigError, match=r"Invalid value for argument 'link.*Received: link.*Expected"):
+        wb.testbed(hosts=2, link=link)
+
+
+def test_set_link_checks_its_arguments(bed):
+    with pytest.raises(wb.ConfigError, match=r"argument 'rate'. Received: rate='fast'. Expected a rate such as"):
+        bed.set_link("h1", "fast")
+    with pytest.raises(wb.ConfigError, match=r"argument 'host'. Received: host='h7'"):
+        bed.set_link("h7", "1gbit")
+    assert bed.links["h1"] == 100_000_000
+
+
+def test_parse_rate():
+    assert links.parse_rate("1gbit") == 10 ** 9
+    assert links.parse_rate("1.5Mbit") == 1_500_000
+    assert links.parse_rate(None) is None
+    assert links.format_rate(10 ** 9) == "1gbit" and links.format_rate(None) == "unshaped"
+
+
+class FakeBed:
+    hosts = {"h1": "198.18.1.11"}
+    links = {"h1": 8_000_000}  # 1 MB/s
+    is_open = True
+
+
+class FakeRun:
+    id = "fake"
+    done = True
+
+
+class LiveRun:
+    """What a LinkWatch needs of a run to record injected faults."""
+    id = "live"
+    done = False
+    step = 7
+
+    def __init__(self):
+        self.noted = []
+
+    def _note(self, kind, **info):
+        self.noted.append(dict(info, kind=kind))
+
+
+def test_bytes_per_step_and_utilisation_from_counter_samples():
+    """Rows arrive in batches (times microseconds apart): bytes per step average over a window."""
+    import pandas as pd
+
+    watch = links.LinkWatch(FakeBed(), FakeRun())
+    # h1 sends 500 kB/s and receives 250 kB/s for 4 s
+    watch._samples = [(100.0 + t, "h1", 500_000 * t, 250_000 * t, 8_000_000) for t in (0, 1, 2, 3, 4)]
+    history = pd.DataFrame({"step": [1, 2, 3, 4, 5, 6, 7, 8], "worker": ["worker:0"] * 8,
+                            "time": [100.9999, 101.0, 102.0, 102.0, 102.4999, 102.5, 103.0, 104.0],
+                            "step_time": [0.5] * 8})
+    h = watch.join(history, window=1.0)
+    assert list(h.step) == [1, 2, 3, 4, 5, 6, 7, 8]
+    # first rows: 2 steps since the first began (0.5 s); then the steps since the row at
+    # least 1 s older (steps 3-6 at 102.5: 1.5 s since step 2's row)
+    assert h.link_tx_bytes_h1.tolist() == pytest.approx([125_000] * 2 + [250_000] * 2 + [187_500] * 2
+                                                        + [500_000 / 3, 500_000])
+    assert (h.link_rx_bytes_h1 * 2).tolist() == pytest.approx(h.link_tx_bytes_h1.tolist())
+    assert h.link_util_h1.tolist() == pytest.approx([0.5] * 8)
+    assert watch.busiest(window=10) == ("h1", pytest.approx(0.5), pytest.approx(500_000))
+
+
+def test_faults_injected_on_a_bed_are_events_of_its_runs(bed):
+    run = LiveRun()
+    watch = links.LinkWatch(bed, run)  # what Run starts when its tasks live on the bed's hosts
+    # a stand-in engine on h2: a process whose command line is an ipyparallel engine's
+    engine = subprocess.Popen(["ip", "netns", "exec", bed.netns("h2"), sys.executable, "-c",
+                               "import sys, time; time.sleep(120)", "-m", "ipyparallel.engine"])
+    bystander = subprocess.Popen(["ip", "netns", "exec", bed.netns("h2"), sys.executable, "-c",
+                                  "import time; time.sleep(120)"])
+    try:
+        from checks import wait_for
+
+        wait_for(lambda: engine.pid in tb._netns_pids(bed.netns("h2")), 10, lambda: tb._netns_pids(bed.netns("h2")))
+        bed.set_link("h3", "1gbit")
+        bed.link_down("h3")
+        bed.link_up("h3")
+        assert bed.kill_engines("h2") == [engine.pid]
+        assert engine.wait(10) == -9 and bystander.poll() is None  # only the engine
+    finally:
+        watch.stop()
+        for p in (engine, bystander):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        bed.set_link("h3", None)
+    assert [(e["kind"], e["fault"], e["host"], e["step"]) for e in run.noted] == [
+        ("injected", "set_link", "h3", 7), ("injected", "link_down", "h3", 7), ("injected", "link_up", "h3", 7),
+        ("injected", "kill_engines", "h2", 7)]
+    assert run.noted[0]["rate"] == "1gbit" and run.noted[3]["pids"] == [engine.pid]

@@ -1,0 +1,252 @@
+"""The test bed's links: a set bandwidth per host, bytes counted per link, faults injected.
+
+Each emulated host (``wb.testbed``) has one link: a veth pair between its namespace's
+``eth0`` and the bridge. A rate shapes both directions with ``tbf`` (a token bucket):
+the egress of the host-side veth shapes what flows *into* the host, the egress of the
+namespace's ``eth0`` what flows *out of* it. This kernel has no ``netem``: latency,
+jitter and random loss are **not** emulated, only bandwidth (and links taken down).
+
+Bytes per link come from the kernel's interface counters, read in the root namespace on
+the host-side veth (``/sys/class/net/<veth>/statistics/{tx,rx}_bytes``): its ``rx`` is
+what the host sent, its ``tx`` what the host received. A run whose tasks live on a bed's
+hosts samples them in a small thread (``LinkWatch``) and joins them into ``run.history``.
+"""
+
+import re
+import subprocess
+import threading
+import time
+import weakref
+
+from workbench.errors import TestbedError, invalid
+
+_UNITS = {"bit": 1, "kbit": 10 ** 3, "mbit": 10 ** 6, "gbit": 10 ** 9}
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNORECASE)
+_MIN, _MAX = 10 ** 5, 100 * 10 ** 9  # 100 kbit .. 100 gbit
+_EXPECTED = 'a rate such as "100mbit" or "1gbit" (units bit, kbit, mbit, gbit; 100kbit to 100gbit), or None for an unshaped link'
+SAMPLE_EVERY = 0.1  # seconds between counter samples while a run trains
+BATCH_GAP = 0.002  # rows of one worker closer than this in time were published as one batch
+WINDOW = 1.0  # seconds of traffic that bytes per step and utilisation average over
+
+_beds = weakref.WeakSet()  # open test beds in this process
+_watches = weakref.WeakSet()  # live LinkWatch objects (they record injected faults)
+
+
+def parse_rate(value, argument="link"):
+    """Bits per second from "100mbit" / "1gbit" / ...; None stays None (unshaped).
+
+    >>> parse_rate("1.5gbit")
+    1500000000
+    """
+    if value is None:
+        return None
+    m = _RATE.match(value) if isinstance(value, str) else None
+    if m is None:
+        raise invalid(argument, value, _EXPECTED)
+    bits = int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+    if not _MIN <= bits <= _MAX:
+        raise invalid(argument, value, _EXPECTED)
+    return bits
+
+
+def parse_links(link, hosts):
+    """{host: bits/s or None} from ``testbed(link=...)``: one rate for every host, or a
+    dict naming some hosts (the others unshaped)."""
+    if isinstance(link, dict):
+        unknown = sorted(set(link) - set(hosts), key=str)
+        if unknown:
+            raise invalid("link", link, f"a dict whose keys are host names of this bed ({', '.join(hosts)})",
+                          hint=f"Unknown: {', '.join(map(str, unknown))}.")
+        return {h: parse_rate(link.get(h), f"link[{h!r}]") for h in hosts}
+    rate = parse_rate(link)
+    return dict.fromkeys(hosts, rate)
+
+
+def format_rate(bits):
+    if bits is None:
+        return "unshaped"
+    for unit, scale in (("gbit", 10 ** 9), ("mbit", 10 ** 6), ("kbit", 10 ** 3)):
+        if bits >= scale:
+            return f"{bits / scale:g}{unit}"
+    return f"{bits}bit"
+
+
+def shape(veth, netns, bits):
+    """Set both directions of one host's link to ``bits``/s (None: remove the shaping)."""
+    for prefix, dev in ((["tc"], veth), (["tc", "-n", netns], "eth0")):
+        if bits is None:
+            out = subprocess.run([*prefix, "qdisc", "del", "dev", dev, "root"], capture_output=True, text=True)
+            if out.returncode != 0 and "No such file" not in out.stderr and "Cannot delete qdisc with handle of zero" not in out.stderr:
+                raise TestbedError(f"`{' '.join(prefix)} qdisc del dev {dev} root` failed: {out.stderr.strip()}")
+            continue
+        # the bucket holds 10 ms of traffic (at least 64 KiB: a GSO packet must fit), the
+        # queue 20 ms: enough for one TCP stream to fill the rate, little added delay
+        burst = max(64 * 1024, bits // 8 // 100)
+        cmd = [*prefix, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{bits}bit",
+               "burst", str(burst), "latency", "20ms"]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise TestbedError(f"`{' '.join(cmd)}` failed ({out.returncode}): {out.stderr.strip()}")
+
+
+def set_state(veth, netns, up):
+    """Take a host's link down (both ends: nothing crosses) or bring it back up."""
+    state = "up" if up else "down"
+    for cmd in (["ip", "link", "set", veth, state], ["ip", "-n", netns, "link", "set", "eth0", state]):
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise TestbedError(f"`{' '.join(cmd)}` failed ({out.returncode}): {out.stderr.strip()}")
+
+
+def counters(veth):
+    """(bytes the host sent, bytes it received) so far, from the host-side veth."""
+    base = f"/sys/class/net/{veth}/statistics/"
+    with open(base + "rx_bytes") as f:
+        sent = int(f.read())
+    with open(base + "tx_bytes") as f:
+        received = int(f.read())
+    return sent, received
+
+
+def record_fault(bed, fault, host, **info):
+    """Note an injected fault in the events of every live run on ``bed``'s hosts."""
+    for watch in list(_watches):
+        if watch.bed is bed:
+            watch.note(fault, host, **info)
+
+
+def watch(run):
+    """A started ``LinkWatch`` if ``run``'s tasks live on the hosts of an open test bed."""
+    addresses = {t.target.rsplit(":", 1)[0] for t in run.tasks if t.target}
+    for bed in list(_beds):
+        if bed.is_open and addresses & set(bed.hosts.values()):
+            w = LinkWatch(bed, run)
+            w.start()
+            return w
+    return None
+
+
+class LinkWatch:
+    """Samples every link of ``bed`` until ``run`` is done: (time, host, sent, received,
+    rate) rows, from which ``join`` computes bytes per step and utilisation."""
+
+    def __init__(self, bed, run, every=SAMPLE_EVERY):
+        self.bed = bed
+        self._run = weakref.ref(run)
+        self._every = every
+        self._samples = []  # (time, host, sent, received, rate bits/s or None)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"workbench-links-{run.id}", daemon=True)
+        _watches.add(self)
+
+    def start(self):
+        self.sample()
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(5)
+        _watches.discard(self)
+
+    def sample(self):
+        now = time.time()
+        rows = []
+        for host in self.bed.hosts:
+            try:
+                sent, received = counters(self.bed.veth(host))
+            except (OSError, ValueError, KeyError):  # the bed is gone
+                continue
+            rows.append((now, host, sent, received, self.bed.links.get(host)))
+        with self._lock:
+            self._samples.extend(rows)
+
+    def note(self, fault, host, **info):
+        run = self._run()
+        if run is not None and not run.done:
+            run.note("injected", fault=fault, host=host, step=run.step, **info)
+
+    def _loop(self):
+        while not self._stop.wait(self._every):
+            run = self._run()
+            if run is None or not self.bed.is_open:
+                break
+            self.sample()
+            if run.done:
+                break
+        _watches.discard(self)
+
+    def frame(self):
+        """The samples: time, host, sent/received bytes since the first sample, rate."""
+        import pandas as pd
+
+        with self._lock:
+            rows = list(self._samples)
+        df = pd.DataFrame(rows, columns=["time", "host", "sent", "received", "rate"])
+        for col in ("sent", "received"):
+            df[col] = df[col] - df.groupby("host")[col].transform("first")
+        return df
+
+    def join(self, history, window=WINDOW):
+        """``history`` with, per host H of the bed, ``link_tx_bytes_H`` / ``link_rx_bytes_H``
+        (bytes H sent / received per step) and ``link_util_H`` (the busier direction's
+        bits/s over the set rate; NaN where the link is unshaped), each averaged over at
+        least the ``window`` seconds before the row (back to the worker's row before that): engines publish rows in batches, and a step's
+        own few milliseconds are finer than the counters are sampled."""
+        import numpy as np
+
+        samples = self.frame()
+        if history.empty or samples.empty:
+            return history
+        h = history.copy()
+        since = np.empty(len(h))
+        steps = np.empty(len(h))
+        now = np.empty(len(h))
+        for _, g in h.groupby("worker"):
+            g = g.sort_values(["time", "step"])
+            # rows of one batch (published together, microseconds apart) count as one: its end, its last step
+            batch = (g["time"].diff() > BATCH_GAP).cumsum()
+            t = g["time"].groupby(batch).transform("max").to_numpy(dtype=float)
+            st = g["step"].groupby(batch).transform("max").to_numpy()
+            before = np.searchsorted(t, t - window, side="right") - 1  # its last row >= window ago
+            begin = t[0] - float(np.nan_to_num(g["step_time"].iloc[0]))  # the worker's first step began
+            pos = h.index.get_indexer(g.index)
+            now[pos] = t
+            # from the worker's last row at least ``window`` old (or its first step's start):
+            # bytes and steps over the same interval, however far apart batches arrive
+            since[pos] = np.where(before >= 0, t[np.maximum(before, 0)], np.maximum(t - window, begin))
+            steps[pos] = np.maximum(st - np.where(before >= 0, st[np.maximum(before, 0)], g["step"].iloc[0] - 1), 1)
+        span = np.maximum(now - since, 1e-6)
+        for host, s in samples.groupby("host"):
+            t = s["time"].to_numpy()
+            moved = {}
+            for col, name in (("sent", "tx"), ("received", "rx")):
+                v = s[col].to_numpy(dtype=float)
+                moved[name] = np.interp(now, t, v) - np.interp(since, t, v)
+                h[f"link_{name}_bytes_{host}"] = moved[name] / steps
+            rate = np.interp(now, t, s["rate"].astype(float).to_numpy())
+            h[f"link_util_{host}"] = np.maximum(moved["tx"], moved["rx"]) * 8 / span / rate
+        return h
+
+    def busiest(self, window=2.0):
+        """(host, utilisation or None, bytes/s) of the link that moved most in the last
+        ``window`` seconds, or None before two samples."""
+        samples = self.frame()
+        if samples.empty:
+            return None
+        best = None
+        for host, s in samples.groupby("host"):
+            recent = s[s["time"] >= s["time"].iloc[-1] - window]
+            if len(recent) < 2:
+                continue
+            dt = recent["time"].iloc[-1] - recent["time"].iloc[0]
+            if dt <= 0:
+                continue
+            rate = max(recent["sent"].iloc[-1] - recent["sent"].iloc[0],
+                       recent["received"].iloc[-1] - recent["received"].iloc[0]) / dt
+            bits = recent["rate"].iloc[-1]
+            util = None if bits is None or bits != bits else rate * 8 / bits
+            if best is None or rate > best[2]:
+                best = (host, util, rate)
+        return best
