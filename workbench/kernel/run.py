@@ -162,6 +162,20 @@ class Run:
         self._history = (version, df)
         return df.copy()
 
+    def anatomy(self, skip=None):
+        """Where each worker's wall time goes, as a DataFrame (one row per worker): mean
+        ``step_time`` (s), the shares of it in ``input``, ``compute``, ``communication``,
+        ``waiting`` and ``other`` (they sum to 1), ``bytes_per_step`` handed to the
+        all-reduce, ``busy`` seconds per step (wall minus waiting) and ``straggler`` (busy
+        more than 20% above the others'). ``workbench.common.anatomy`` says what each share
+        includes and how it is measured. ``skip``: first steps left out (default: the first
+        two calls, which trace). Grows while the run trains; empty for ``anatomy=False``."""
+        from workbench.common import anatomy
+
+        if skip is None:
+            skip = 2 * self.job.steps_per_execution if self.job.steps > 4 * self.job.steps_per_execution else 0
+        return anatomy.table(self.history, skip=skip)
+
     @property
     def evaluations(self):
         import pandas as pd

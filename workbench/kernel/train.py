@@ -13,13 +13,17 @@ from workbench.common import validate
 from workbench.common.job import Job, default_steps_per_execution
 from workbench.datasets import Data
 from workbench.engine import strategies
+from workbench.engine.compression import KINDS
 from workbench.errors import invalid
 from workbench.kernel import home, keras_args
+
+COMPRESSED = ("multi_worker_mirrored", "parameter_averaging")  # strategies with an all-reduce to compress
 
 
 def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum, strategy, workers,
              ps, global_batch_size, steps, seed, steps_per_execution, checkpoint_every, eval_every,
-             variable_partitioner, devices, average_every=None, metrics=None, eval_data=None, run_dir=None):
+             variable_partitioner, devices, average_every=None, metrics=None, eval_data=None, run_dir=None,
+             compression=None, anatomy=True):
     strategy = validate.choice("strategy", strategy, strategies.names())
     adapter = strategies.get(strategy)
     validate.topology(strategy, workers, ps, adapter, available=available)
@@ -44,6 +48,14 @@ def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum
         raise invalid("average_every", average_every,
                       f"None with strategy={strategy!r} (only 'parameter_averaging' averages replicas)")
     average_every = validate.positive_int("average_every", 1 if average_every is None else average_every)
+    if compression is not None:
+        if strategy not in COMPRESSED:
+            raise invalid("compression", compression,
+                          f"None with strategy={strategy!r} (only " + " and ".join(map(repr, COMPRESSED))
+                          + " run an all-reduce to compress)")
+        compression = validate.choice("compression", compression, KINDS)
+    if not isinstance(anatomy, bool):
+        raise invalid("anatomy", anatomy, "True or False")
     sync = adapter.SYNC_WORKERS
     replicas = workers if sync else (devices or 1) if strategy == "mirrored" else 1
     if global_batch_size % replicas:
@@ -86,6 +98,7 @@ def make_job(available, *, model, data, loss, optimizer, learning_rate, momentum
         checkpoint_every=checkpoint_every, eval_every=eval_every,
         stop_check_every=max(steps_per_execution, 10), variable_partitioner=variable_partitioner,
         devices=devices, average_every=average_every, metrics=metrics, eval_data=eval_data, loss_name=loss_name,
+        compression=compression, anatomy=anatomy,
     )
 
 
