@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable
 
-from workbench.engine import build, compression, loop
+from workbench.engine import build, compression, loop, profile
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -63,6 +63,14 @@ def lockstep(t: Training, run_chunk: Callable, agree: Callable[[int], tf.Tensor]
     checkpoint, evaluation, agreed stop check or multiple of ``every``; each step published
     as this worker's shard of ``examples`` examples (its loss x ``loss_scale``). Returns
     (steps done, stopped)."""
+    profiling = profile.Profiling(t)
+    try:
+        return _lockstep(t, run_chunk, agree, examples, loss_scale, replicas, every, profiling)
+    finally:
+        profiling.close()
+
+
+def _lockstep(t, run_chunk, agree, examples, loss_scale, replicas, every, profiling):
     job, ctx, pub, board, metrics = t.job, t.ctx, t.pub, t.board, t.metrics
     done = t.start
     while done < job.steps:
@@ -80,6 +88,7 @@ def lockstep(t: Training, run_chunk: Callable, agree: Callable[[int], tf.Tensor]
                     examples_per_s=examples * n / dt, replicas=replicas,
                     **{name: float(v[j]) for (name, _, _), v in zip(metrics, values)}, **loop.anatomy(parts, j))
         done += n
+        profiling.check(done)
         board.scalars(done, loss=float(losses[-1]) * loss_scale, examples_per_s=job.global_batch_size * n / dt,
                       **{name: float(v[-1]) for (name, _, _), v in zip(metrics, values)})
         pub.flush()

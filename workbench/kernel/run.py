@@ -176,6 +176,43 @@ class Run:
             skip = 2 * self.job.steps_per_execution if self.job.steps > 4 * self.job.steps_per_execution else 0
         return anatomy.table(self.history, skip=skip)
 
+    def profile(self, steps=10, timeout=120):
+        """A TF profiler trace of ``steps`` steps on every training task of this live run,
+        written under ``<run_dir>/profile/<n>/<task>`` (TensorBoard's profile plugin or XProf
+        open it), summarised as a DataFrame, one row per task: the steps traced, and the
+        seconds per step its op kernels spent in ``input``, ``compute`` and
+        ``communication`` (``workbench.engine.profile`` classifies the ops; concurrent ops
+        each count). Synchronous strategies only: a parameter-server run's steps execute in
+        its workers' servers, which this does not trace yet."""
+        import pandas as pd
+
+        from workbench.common import validate
+
+        steps = validate.positive_int("steps", steps)
+        if self.job.strategy == "parameter_server":
+            raise NotImplementedError(f"run.profile() traces synchronous runs; strategy={self.job.strategy!r}")
+        if self.done:
+            raise RuntimeError(f"Run {self.id} has ended: profile() traces a live run")
+        spe = self.job.steps_per_execution
+        rid = 1 + max((e["id"] for e in self._events if e["kind"] == "profile"), default=0)
+        start = (self.step // spe + 2) * spe  # a call boundary ahead, the same for every worker
+        (self.run_dir / "PROFILE").write_text(json.dumps({"id": rid, "start": start, "steps": -(-steps // spe) * spe}))
+        names = {t.name for t in self.tasks}
+        deadline = time.monotonic() + timeout
+
+        def got():
+            with self._lock:
+                return [e for e in self._events if e["kind"] == "profile" and e.get("id") == rid]
+
+        while len(got()) < len(names) and not self.done and time.monotonic() < deadline:
+            time.sleep(_POLL)
+        rows = [{k: v for k, v in e.items() if k not in ("kind", "time", "id")} for e in got()]
+        if len(rows) < len(names):
+            raise TimeoutError(f"profile(): {len(rows)} of {len(names)} tasks traced before "
+                               f"{'the run ended' if self.done else f'{timeout} s'} (start step {start})")
+        cols = ["task", "first", "last", "steps", "input", "compute", "communication", "ops", "logdir"]
+        return pd.DataFrame(rows)[cols].sort_values("task").reset_index(drop=True)
+
     @property
     def evaluations(self):
         import pandas as pd
