@@ -38,6 +38,17 @@ def test_shares_sum_to_one_and_the_last_to_arrive_defines_the_transfer():
     assert list(t.straggler) == [False, True]  # 10 ms busy > 1.2 x 7 ms
 
 
+def test_the_dashboard_draws_a_bar_per_worker_and_names_the_straggler():
+    from workbench.kernel import render
+
+    h = pd.DataFrame(_rows("worker:0", 0.004, 0.005) + _rows("worker:1", 0.007, 0.002))
+    out = render.anatomy_html(anatomy.table(h))
+    assert out.count('class="wb-anatomy-row"') == 2
+    assert "Straggler: <b>worker:1</b> is busy 43% longer" in out  # 10 ms vs 7 ms
+    assert "100 B/step sent" in out
+    assert render.anatomy_html(anatomy.table(pd.DataFrame())) == ""
+
+
 def test_no_straggler_within_twenty_percent():
     h = pd.DataFrame(_rows("worker:0", 0.005, 0.004) + _rows("worker:1", 0.006, 0.003))
     assert not anatomy.table(h).straggler.any()
