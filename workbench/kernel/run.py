@@ -207,7 +207,8 @@ class Run:
         while len(got()) < len(names) and not self.done and time.monotonic() < deadline:
             time.sleep(_POLL)
         rows = [{k: v for k, v in e.items() if k not in ("kind", "time", "id")} for e in got()]
-        if len(rows) < len(names):
+        if len(rows) < len(names) and self._error is not None:
+            raise self._error
             raise TimeoutError(f"profile(): {len(rows)} of {len(names)} tasks traced before "
                                f"{'the run ended' if self.done else f'{timeout} s'} (start step {start})")
         cols = ["task", "first", "last", "steps", "input", "compute", "communication", "ops", "logdir"]
