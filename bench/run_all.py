@@ -3,7 +3,7 @@
     python bench/run_all.py           # full: ~30 minutes on 2 cores
     python bench/run_all.py --quick   # smoke: every benchmark in its tiny mode (~4 minutes)
 
-Runs strategies.py, dashboard.py, versus_peer.py, ceilings.py and network.py (each writes its JSON and
+Runs strategies.py, dashboard.py, versus_peer.py, ceilings.py, network.py and anatomy.py (each writes its JSON and
 Markdown table to bench/results/), then draws bench/results/*.png from the JSON and
 gathers the tables into bench/results/summary.md. Every figure is a ratio of two things
 measured in the same run, alternated; no figure is compared between runs.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results"
-BENCHMARKS = ["strategies", "dashboard", "versus_peer", "ceilings", "network"]
+BENCHMARKS = ["strategies", "dashboard", "versus_peer", "ceilings", "network", "anatomy"]
 
 
 def _load(name):

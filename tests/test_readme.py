@@ -73,4 +73,4 @@ def test_every_walkthrough_is_listed_in_the_notebooks_readme_in_order():
     text = (folder / "README.md").read_text()
     assert [n for n in names if f"[`{n}`]({n}.ipynb)" in text] == names
     assert [text.index(f"[`{n}`]") for n in names] == sorted(text.index(f"[`{n}`]") for n in names)
-    assert len(names) == 9
+    assert len(names) >= 10  # 00-09: the glob found the walkthroughs

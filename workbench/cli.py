@@ -25,7 +25,10 @@ def _parser() -> argparse.ArgumentParser:
     for o in options.TRAINING:  # Cluster.train's options, from their one declaration
         if o.cli:
             shown = "" if o.default is None else f" (default: {o.default})"
-            t.add_argument(o.flag, type=o.type, default=o.default, help=o.help + shown)
+            if o.type is bool:  # --anatomy / --no-anatomy
+                t.add_argument(o.flag, action=argparse.BooleanOptionalAction, default=o.default, help=o.help + shown)
+            else:
+                t.add_argument(o.flag, type=o.type, default=o.default, help=o.help + shown)
     t.add_argument("--engines", type=int, default=None, help="engines to start (default: what the run needs)")
     t.add_argument("--data", default="digits", help="digits | synthetic")
     t.add_argument("--hidden", default="64,32", help="hidden layer widths, comma-separated")

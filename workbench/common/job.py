@@ -32,6 +32,8 @@ class Job:
     metrics: tuple = ()  # Keras metric names and FromConfig of Keras metric objects
     eval_data: object = None  # None (data's test split) | Data | callable dataset_fn(input_context)
     loss_name: str = ""  # the loss as Keras names it ("sparse_categorical_crossentropy", ...)
+    compression: object = None  # None | "fp16" | "bf16" | "int8": the all-reduce's precision (engine/compression.py)
+    anatomy: bool = True  # time the pieces of every step (common/anatomy.py)
 
     @property
     def metric_names(self):

@@ -60,7 +60,11 @@ TRAINING: tuple[Option, ...] = (
     Option("stall_timeout", 60.0, float, "seconds a synchronous run may go without a step before it fails (RunStalled)", job=False),
     Option("start_timeout", 180.0, float, "seconds a run may take to its first step before it fails", job=False),
     Option("dashboard", None, object, "show the live dashboard (None: in a notebook kernel)", job=False),
+    Option("compression", None, str,
+           "multi_worker_mirrored, parameter_averaging: fp16 | bf16 | int8 instead of 32 bits: the all-reduce's precision"),
+    Option("anatomy", True, bool, "time the pieces of every step (run.anatomy())"),
 )
+COMPRESSION = ("fp16", "bf16", "int8")  # ``compression=``: what the all-reduce may send instead of float32
 BY_NAME: dict[str, Option] = {o.name: o for o in TRAINING}
 
 

@@ -48,6 +48,12 @@ class StepRow(TypedDict):
     replicas: int
     time: float  # time.time() when it was recorded
     staleness: NotRequired[int]  # parameter-server steps: updates applied since this one read the step
+    # the step's anatomy (train(anatomy=True), common/anatomy.py), seconds and bytes
+    input_time: NotRequired[float]  # waiting for its batch
+    compute_time: NotRequired[float]  # forward, backward, local update
+    comm_time: NotRequired[float]  # the all-reduce (waits for peers included), or the push to PS tasks
+    comm_bytes: NotRequired[int]  # bytes handed to the all-reduce's collectives
+    wait_time: NotRequired[float]  # parameter-server steps: the worker idle between its calls
 
 
 class TaskRow(TypedDict):
@@ -72,7 +78,8 @@ class VariableRow(TypedDict):
     kind: Literal["model", "optimizer"]
 
 
-EventKind = Literal["placement", "checkpoint", "eval", "worker_lost", "worker_replaced", "worker_not_replaced"]
+EventKind = Literal["placement", "checkpoint", "eval", "profile", "worker_lost", "worker_replaced",
+                    "worker_not_replaced"]
 
 
 class _Event(TypedDict):
@@ -101,6 +108,23 @@ class EvalEvent(_Event):
     test_accuracy: NotRequired[float]
 
 
+class ProfileEvent(_Event):
+    """A task's trace of ``Run.profile`` (``engine/profile.py``): seconds per step its op
+    kernels spent in each category."""
+
+    kind: Literal["profile"]
+    id: int
+    task: str
+    logdir: str
+    first: int  # the first and last step traced
+    last: int
+    steps: int
+    ops: int
+    input: float
+    compute: float
+    communication: float
+
+
 class TaskEvent(_Event):
     """What the kernel observed about a task of a run (not published by engines)."""
 
@@ -111,7 +135,7 @@ class TaskEvent(_Event):
     error: NotRequired[str]
 
 
-Event = Union[PlacementEvent, CheckpointEvent, EvalEvent, TaskEvent]
+Event = Union[PlacementEvent, CheckpointEvent, EvalEvent, ProfileEvent, TaskEvent]
 
 
 class Evaluation(TypedDict):

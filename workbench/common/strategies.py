@@ -35,6 +35,8 @@ class StrategySpec:
     shards_variables: bool = False  # takes a variable_partitioner (variables on PS tasks)
     averages: bool = False  # averages the workers' parameters every ``average_every`` steps
     logical_devices: bool = False  # one engine whose CPU ``devices=N`` may split into N devices
+    # its workers all-reduce gradients (or parameters) that ``compression=`` may send in 16/8 bits
+    compressible: bool = False
     device_replicas: bool = False  # one replica per (logical) device of its engine
     elastic: tuple[str, ...] = ()  # what a resume may change ("workers", "ps")
     steps_per_execution: int = 10  # steps per tf.function call (per scheduled function under PS)
@@ -94,7 +96,7 @@ class StrategySpec:
 
 _SPECS = (
     StrategySpec(
-        name="multi_worker_mirrored", roles=("worker",), multi_engine=True, synchronous=True,
+        name="multi_worker_mirrored", roles=("worker",), multi_engine=True, synchronous=True, compressible=True,
         description="synchronous all-reduce across worker engines (MultiWorkerMirroredStrategy)",
         elastic=("workers",),
     ),
@@ -113,7 +115,7 @@ _SPECS = (
     StrategySpec(
         name="parameter_averaging", roles=("worker",), multi_engine=True, synchronous=True,
         description="synchronous parameter averaging every k steps across worker engines (Deeplearning4j)",
-        averages=True,
+        averages=True, compressible=True,
     ),
     StrategySpec(
         name="mirrored", roles=("local",), multi_engine=False, synchronous=False,

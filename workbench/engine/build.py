@@ -108,13 +108,15 @@ def optimizer(job: Job) -> Any:
     return cls(rate)
 
 
-def aggregated_clipping(opt: Any, replicas: int) -> Callable[[list], list] | None:
+def aggregated_clipping(opt: Any, replicas: int, summed: bool = False) -> Callable[[list], list] | None:
     """Keras 3 clips each replica's own gradient before it sums them across replicas, so a
     clipped run on n replicas is not the same training as on one. With ``replicas`` > 1
     this takes the clipping over: it returns ``clip(grads)``, which sums the gradients
     across replicas (one all-reduce, as Keras' own) and clips the sum, the global batch's
     gradient, as one process would; the optimizer then neither clips nor sums again.
-    Returns None when there is nothing to take over (no clipping, or one replica)."""
+    Returns None when there is nothing to take over (no clipping, or one replica).
+    ``summed=True``: the step sums the gradients itself before (``compression.reducer``);
+    ``clip`` only clips."""
     import tensorflow as tf
 
     clipnorm, global_clipnorm, clipvalue = opt.clipnorm, opt.global_clipnorm, opt.clipvalue
@@ -124,7 +126,8 @@ def aggregated_clipping(opt: Any, replicas: int) -> Callable[[list], list] | Non
     opt._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # summed below
 
     def clip(grads):
-        grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        if not summed:
+            grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
         if clipnorm:
             return [tf.clip_by_norm(g, clipnorm) for g in grads]
         if global_clipnorm:

@@ -145,8 +145,10 @@ def evaluate(t: Training, step: int) -> Evaluation | None:
 
 
 def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Callable | None = None,
-            local_replicas: int = 1, global_batch_size: int | None = None) -> Callable:
-    """One training step on one replica: ``(loss, correct predictions[, staleness], *metrics)``.
+            local_replicas: int = 1, global_batch_size: int | None = None, reduce: Callable | None = None,
+            timed: bool = False) -> Callable:
+    """One training step on one replica: ``(loss, correct predictions[, staleness], *metrics
+    [, compute, communication, bytes])``.
 
     The loss is the per-example loss averaged over the global batch (``global_batch_size``,
     the job's unless given) plus this replica's share (1/replicas,
@@ -156,15 +158,32 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
     variables between this step's read of the global step and its own update (asynchronous
     training: how stale its gradient was). Metric values are divided by ``local_replicas``
     so that summing a worker's replicas gives their mean. ``clip``: see
-    ``build.aggregated_clipping``."""
+    ``build.aggregated_clipping``. ``reduce``: the gradients' all-reduce taken over from
+    Keras (``compression.reducer``), run between the backward pass and the update.
+
+    ``timed=True`` adds the step anatomy (``workbench.common.anatomy`` says what each part
+    includes), read with ``tf.timestamp`` inside the step, in seconds, each chained by
+    control dependencies to the ops it brackets: compute (forward and backward, then the
+    update: for parameter-server steps, the update is the gradients' push and is counted as
+    communication instead), communication (the all-reduce; under PS, the gradient push
+    and the global step's increment), and the bytes handed to the all-reduce."""
     import tensorflow as tf
 
     job, model, opt, step, metrics = t.job, t.model, t.opt, t.step, t.metrics
     batch = job.global_batch_size if global_batch_size is None else global_batch_size
+    if reduce is not None:
+        opt._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # summed by reduce
+
+    def after(deps, value):
+        with tf.control_dependencies([d for d in tf.nest.flatten(deps, expand_composites=True) if d is not None]):
+            return tf.identity(value) if not callable(value) else value()
 
     def replica_step(x, y):
         if staleness:
             before = step.read_value()
+        if timed:
+            began = after((x, y), tf.timestamp)
+            x = after(began, lambda: tf.nest.map_structure(tf.identity, x))
         with tf.GradientTape() as tape:
             pred = build.call(model, x)
             per_example = loss_fn(y, pred)
@@ -177,10 +196,22 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
                 loss += tf.nn.scale_regularization_loss(tf.cast(extra, loss.dtype))
         variables = build.trainable(model)
         grads = tape.gradient(loss, variables)
+        sent = tf.constant(0.0)
+        if timed:
+            computed = after((grads, loss), tf.timestamp)
+            grads = after(computed, lambda: [g if g is None else tf.identity(g) for g in grads])
+        if reduce is not None:
+            grads, sent = reduce(grads)
+        if timed:
+            reduced = after(grads, tf.timestamp)
+            grads = after(reduced, lambda: [g if g is None else tf.identity(g) for g in grads])
         if clip is not None:
             grads = clip(grads)
+        graph = tf.compat.v1.get_default_graph()
+        first = len(graph.get_operations())
         opt.apply_gradients(zip(grads, variables))
-        after = step.assign_add(1, read_value=True)
+        done = step.assign_add(1, read_value=True)
+        update = graph.get_operations()[first:]  # the update's ops (its pushes to PS tasks)
         out = [tf.cast(loss, tf.float32)]
         if not job.classifies:
             out.append(tf.constant(0.0))
@@ -188,19 +219,32 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
             hit = tf.equal(tf.argmax(pred, axis=-1, output_type=tf.int64), tf.cast(tf.reshape(y, [-1]), tf.int64))
             out.append(tf.reduce_sum(tf.cast(hit, tf.float32)))
         if staleness:
-            out.append(tf.cast(after - before - 1, tf.float32))
+            out.append(tf.cast(done - before - 1, tf.float32))
         out += [v / local_replicas for v in build.metric_values(metrics, y, pred)]
+        if timed:
+            # local variables are read back after their update (cheap); PS variables are not
+            # (a read is a round trip): the update's own ops and the global step's increment
+            # end a PS step
+            settled = [done] + (update if staleness else [tf.convert_to_tensor(v) for v in variables])
+            ended = after(settled, tf.timestamp)
+            if staleness:  # the update is the push of the gradients to the PS tasks
+                compute, comm = computed - began, ended - computed
+            else:
+                compute, comm = (computed - began) + (ended - reduced), reduced - computed
+            out += [tf.cast(compute, tf.float32) / local_replicas, tf.cast(comm, tf.float32) / local_replicas,
+                    tf.cast(sent, tf.float32)]
         return tuple(out)
 
     return replica_step
 
 
 def steps_fn(strategy: tf.distribute.Strategy, replica_step: Callable, outputs: int = 2,
-             unroll: bool = False) -> Callable:
+             unroll: bool = False, timed: bool = False) -> Callable:
     """``run_steps(iterator, n)``: ``n`` training steps in one call, returning per step this
     worker's own summed loss and correct predictions (and the step's other ``outputs``). No
     collective beyond the gradients' all-reduce: metrics cost no extra cross-worker round
-    trip (the global loss is the sum over workers).
+    trip (the global loss is the sum over workers). ``timed=True``: one more output, the
+    seconds each step waited for its batch (``next(iterator)``, timed with ``tf.timestamp``).
 
     ``unroll=True`` (``n`` a Python int; one trace per distinct ``n``) writes the steps one
     after the other instead of a ``tf.while_loop``. Parameter-server steps need it: a while
@@ -216,29 +260,46 @@ def steps_fn(strategy: tf.distribute.Strategy, replica_step: Callable, outputs: 
     def local_sum(value):
         return tf.add_n(strategy.experimental_local_results(value))
 
+    def one_step(iterator_or_batch):
+        """(values, input seconds) of one step; the batch is read from an iterator here."""
+        if not timed:
+            x, y = iterator_or_batch if isinstance(iterator_or_batch, tuple) else next(iterator_or_batch)
+            return [local_sum(v) for v in strategy.run(replica_step, args=(x, y))]
+        began = tf.timestamp()
+        with tf.control_dependencies([began]):
+            x, y = iterator_or_batch if isinstance(iterator_or_batch, tuple) else next(iterator_or_batch)
+        with tf.control_dependencies(tf.nest.flatten((x, y), expand_composites=True)):
+            waited = tf.cast(tf.timestamp() - began, tf.float32)
+        return [local_sum(v) for v in strategy.run(replica_step, args=(x, y))] + [waited]
+
     @tf.function
     def chunk(batches):
         """Steps on these batches, one after the other (one trace per chunk length)."""
-        rows = []
-        for x, y in batches:
-            values = strategy.run(replica_step, args=(x, y))
-            rows.append([local_sum(v) for v in values])
-        return rows
+        return [one_step(b) for b in batches]
+
+    total = outputs + (1 if timed else 0)
 
     def run_steps(iterator, n):
         if unroll:
             rows = []
             for i in range(0, n, UNROLL_CHUNK):
                 rows += chunk([next(iterator) for _ in range(min(UNROLL_CHUNK, n - i))])
-            return tf.stack([tf.stack([r[k] for r in rows]) for k in range(outputs)])
-        columns = [tf.TensorArray(tf.float32, size=n) for _ in range(outputs)]
+            return tf.stack([tf.stack([r[k] for r in rows]) for k in range(total)])
+        columns = [tf.TensorArray(tf.float32, size=n) for _ in range(total)]
         for i in tf.range(n):
-            x, y = next(iterator)
-            values = strategy.run(replica_step, args=(x, y))
-            columns = [c.write(i, local_sum(v)) for c, v in zip(columns, values)]
+            columns = [c.write(i, v) for c, v in zip(columns, one_step(iterator))]
         return tf.stack([c.stack() for c in columns])
 
     return run_steps
+
+
+def anatomy(parts: list, j: int) -> dict[str, float]:
+    """Step ``j``'s anatomy columns from a chunk's extra outputs (``loop.step_fn`` with
+    ``timed=True``, then ``loop.steps_fn``'s input time); none when the run is not timed."""
+    if not parts:
+        return {}
+    compute, comm, sent, waited = (float(p[j]) for p in parts)
+    return {"input_time": waited, "compute_time": compute, "comm_time": comm, "comm_bytes": int(sent)}
 
 
 def until_next(done: int, *intervals: int) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable
 
-from workbench.engine import build, loop
+from workbench.engine import build, compression, loop, profile
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -25,9 +25,15 @@ def train(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> TaskR
     workers = job.workers if ctx.task.tf_config else 1  # MWMS: workers split the global batch
     local = strategy.num_replicas_in_sync // workers
     iterator = iter(strategy.distribute_datasets_from_function(build.dataset_fn(job, start_step=t.start)))
-    clip = build.aggregated_clipping(t.opt, strategy.num_replicas_in_sync)
-    replica_step = loop.step_fn(t, build.loss(job), clip=clip, local_replicas=local)
-    run_steps = tf.function(loop.steps_fn(strategy, replica_step, outputs=2 + len(t.metrics)))
+    replicas = strategy.num_replicas_in_sync
+    # with several replicas the step runs the gradients' all-reduce itself: timed, and
+    # compressed when the job asks
+    reduce = compression.reducer(job.compression, build.trainable(t.model)) if replicas > 1 else None
+    clip = build.aggregated_clipping(t.opt, replicas, summed=reduce is not None)
+    replica_step = loop.step_fn(t, build.loss(job), clip=clip, local_replicas=local, reduce=reduce,
+                                timed=job.anatomy)
+    outputs = 2 + len(t.metrics) + (3 if job.anatomy else 0)
+    run_steps = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy))
 
     def run_chunk(done, n):
         return run_steps(iterator, tf.constant(n)).numpy()
@@ -57,6 +63,14 @@ def lockstep(t: Training, run_chunk: Callable, agree: Callable[[int], tf.Tensor]
     checkpoint, evaluation, agreed stop check or multiple of ``every``; each step published
     as this worker's shard of ``examples`` examples (its loss x ``loss_scale``). Returns
     (steps done, stopped)."""
+    profiling = profile.Profiling(t)
+    try:
+        return _lockstep(t, run_chunk, agree, examples, loss_scale, replicas, every, profiling)
+    finally:
+        profiling.close()
+
+
+def _lockstep(t, run_chunk, agree, examples, loss_scale, replicas, every, profiling):
     job, ctx, pub, board, metrics = t.job, t.ctx, t.pub, t.board, t.metrics
     done = t.start
     while done < job.steps:
@@ -65,14 +79,16 @@ def lockstep(t: Training, run_chunk: Callable, agree: Callable[[int], tf.Tensor]
         t0 = time.perf_counter()
         losses, hits, *values = run_chunk(done, n)
         dt = time.perf_counter() - t0
+        values, parts = values[:len(metrics)], values[len(metrics):]
         for j, loss in enumerate(losses):
             # this worker's shard: its mean loss and accuracy over its examples of the step
             loop.check_loss(float(loss), done + j + 1, ctx.name, job)
             pub.add(step=done + j + 1, worker=ctx.name, loss=float(loss) * loss_scale,
                     accuracy=float(hits[j]) / examples, step_time=dt / n,
                     examples_per_s=examples * n / dt, replicas=replicas,
-                    **{name: float(v[j]) for (name, _, _), v in zip(metrics, values)})
+                    **{name: float(v[j]) for (name, _, _), v in zip(metrics, values)}, **loop.anatomy(parts, j))
         done += n
+        profiling.check(done)
         board.scalars(done, loss=float(losses[-1]) * loss_scale, examples_per_s=job.global_batch_size * n / dt,
                       **{name: float(v[-1]) for (name, _, _), v in zip(metrics, values)})
         pub.flush()

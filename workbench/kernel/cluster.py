@@ -428,7 +428,7 @@ class Cluster:
               global_batch_size=256, steps=300, seed=0, steps_per_execution=None,
               checkpoint_every=100, eval_every=0, variable_partitioner=None, devices=0,
               average_every=None, metrics=None, eval_data=None, stall_timeout=60.0, start_timeout=180.0,
-              dashboard=None):
+              dashboard=None, compression=None, anatomy=True):
         """Start a training run on the engines and return its ``Run`` at once.
 
         ``strategy``: "multi_worker_mirrored" (sync all-reduce over ``workers`` engines),
@@ -456,6 +456,12 @@ class Cluster:
           (columns of ``run.history``) and over the evaluation data (``run.evaluations``).
         - ``eval_data``: what evaluation reads (numpy ``(x, y)``, a ``Data`` or a finite
           ``dataset_fn``); by default the test split of numpy ``data``.
+
+        ``compression``: None (32 bits), "fp16", "bf16" or "int8": the precision of the
+        all-reduce of "multi_worker_mirrored" (gradients) and "parameter_averaging" (each
+        replica's change since the last average); int8 scales each tensor and feeds the
+        rounding error back into the next step. ``anatomy``: time the pieces of every step
+        (``run.anatomy()``).
         """
         self._require_running()
         self._require_idle()
@@ -466,6 +472,7 @@ class Cluster:
             steps_per_execution=steps_per_execution, checkpoint_every=checkpoint_every,
             eval_every=eval_every, variable_partitioner=variable_partitioner, devices=devices,
             average_every=average_every, metrics=metrics, eval_data=eval_data,
+            compression=compression, anatomy=anatomy,
         )
         stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
         start_timeout = validate.positive_float("start_timeout", start_timeout)

@@ -88,6 +88,8 @@ class Dashboard:
         self.thr_text = W.HTML()
 
         # -- placement, status, controls -----------------------------------------------
+        self.anatomy = W.HTML()  # inside a step: a stacked bar per worker
+        self._anatomy_at = (0, 0.0)  # (rows, monotonic time) of its last drawing
         self.placement = W.HTML("<i>waiting for the tasks to report…</i>")
         self.placement.add_class("wb-placement")
         self.progress = W.IntProgress(value=0, min=0, max=run.job.steps, description="steps")
@@ -109,6 +111,7 @@ class Dashboard:
             header,
             W.HBox([self.progress, self.status, self.stop_button]),
             W.HBox([loss_box, thr_box], layout=W.Layout(flex_flow="row wrap")),
+            self.anatomy,
             W.HTML("<b>Device placement</b>"), self.placement,
             self.engines, self.error,
         ])
@@ -183,6 +186,9 @@ class Dashboard:
                         ex = ev.step.values
                     self.acc_points.x, self.acc_points.y = ex.astype(float), ev.test_accuracy.values.astype(float)
         self.thr_text.value = self._throughput_text(h)
+        if len(h) != self._anatomy_at[0] and (run.done or time.monotonic() - self._anatomy_at[1] > 1.0):
+            self._anatomy_at = (len(h), time.monotonic())
+            self.anatomy.value = render.anatomy_html(run.anatomy())
         self.progress.value = min(run.step, run.job.steps)
         self.status.value = f"<span class='wb-state'>{html.escape(self._status_text())}</span>"
         placement = run.placement

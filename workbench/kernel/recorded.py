@@ -67,7 +67,7 @@ class RecordedRun(Run):
         self.cluster = None
         self._rows, self._version, self._max_step, self._history = {}, 0, 0, (-1, None)
         self._events, self._seen_events = [], set()
-        self._outcome, self._error, self._dashboard = {}, None, None
+        self._outcome, self._error, self._dashboard, self._links = {}, None, None, None
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._book = Records(self.run_dir.parent.parent)

@@ -138,6 +138,37 @@ def bytes_per_task(variables):
     return out
 
 
+PART_COLORS = {"input": "#9467bd", "compute": "#2ca02c", "communication": "#1f77b4", "waiting": "#d62728",
+               "other": "#c7c7c7"}
+
+
+def anatomy_html(table, width=420):
+    """One stacked bar per worker (``Run.anatomy()``'s shares), its step time and bytes sent
+    per step, and the straggler named when there is one."""
+    if table is None or not len(table):
+        return ""
+    legend = " ".join(f'<span style="color:{c}">&#9632;</span> {p}' for p, c in PART_COLORS.items())
+    rows = []
+    for _, r in table.iterrows():
+        bar = "".join(f'<div title="{p} {r[p]:.0%}" style="width:{max(float(r[p]), 0) * width:.1f}px;'
+                      f'background:{c};height:14px"></div>' for p, c in PART_COLORS.items())
+        sent = f" · {int(r.bytes_per_step):,} B/step sent" if r.bytes_per_step else ""
+        flag = " <b style='color:#b00'>straggler</b>" if r.straggler else ""
+        rows.append(f'<div class="wb-anatomy-row" style="display:flex;align-items:center;gap:6px">'
+                    f'<span style="width:70px">{html.escape(str(r.worker))}</span>'
+                    f'<div style="display:flex;width:{width}px;background:#f4f4f4">{bar}</div>'
+                    f'<span>{r.step_time * 1e3:.2f} ms/step{sent}{flag}</span></div>')
+    slow = table[table.straggler]
+    note = ""
+    if len(slow):
+        w = slow.iloc[0]
+        others = table[~table.straggler].busy.mean()
+        note = (f"<div class='wb-straggler'>Straggler: <b>{html.escape(str(w.worker))}</b> is busy "
+                f"{w.busy / others - 1:.0%} longer per step than the others</div>")
+    return (f'<div class="wb-anatomy" style="font:12px sans-serif"><b>Inside a step</b> '
+            f'(share of wall time) {legend}{"".join(rows)}{note}</div>')
+
+
 def snapshot_html(run, status):
     """The whole dashboard as static HTML: status, loss, throughput, placement."""
     h = run.history
@@ -153,6 +184,8 @@ def snapshot_html(run, status):
         thr = [(w, g.step.values, g.examples_per_s.values) for w, g in h.groupby("worker")]
         parts.append(line_chart(thr, "Throughput per worker", "step", "examples/s"))
     parts.append("</div>")
+    if hasattr(run, "anatomy"):
+        parts.append(anatomy_html(run.anatomy()))
     tasks, variables = placement_tables(run.placement)
     if tasks:
         parts.append(placement_svg(tasks, variables))

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from workbench.common import strategies
 from workbench.errors import EngineError, RunStalled, RunStopped
 from workbench.kernel.dashboard import Dashboard
 from workbench.kernel.recovery import EngineWatch
@@ -60,8 +61,6 @@ class Run:
         self._done = threading.Event()
         self._dashboard = None
         self._tail = tail  # re-attached runs: reads the metrics files (rows published before)
-        from workbench.common import strategies
-
         spec = strategies.spec(job.strategy)
         self._sync = spec.synchronous  # lockstep workers: a lost one can hang the others
         # asynchronous runs outlive a lost worker: the workbench brings a replacement up
@@ -180,6 +179,59 @@ class Run:
         df = df[cols].reset_index(drop=True)
         self._history = (version, df)
         return self._with_links(df.copy())
+
+    def anatomy(self, skip=None):
+        """Where each worker's wall time goes, as a DataFrame (one row per worker): mean
+        ``step_time`` (s), the shares of it in ``input``, ``compute``, ``communication``,
+        ``waiting`` and ``other`` (they sum to 1), ``bytes_per_step`` handed to the
+        all-reduce, ``busy`` seconds per step (wall minus waiting) and ``straggler`` (busy
+        more than 20% above the others'). ``workbench.common.anatomy`` says what each share
+        includes and how it is measured. ``skip``: first steps left out (default: the first
+        two calls, which trace). Grows while the run trains; empty for ``anatomy=False``."""
+        from workbench.common import anatomy
+
+        if skip is None:
+            skip = 2 * self.job.steps_per_execution if self.job.steps > 4 * self.job.steps_per_execution else 0
+        return anatomy.table(self.history, skip=skip)
+
+    def profile(self, steps=10, timeout=120):
+        """A TF profiler trace of ``steps`` steps on every training task of this live run,
+        written under ``<run_dir>/profile/<n>/<task>`` (TensorBoard's profile plugin or XProf
+        open it), summarised as a DataFrame, one row per task: the steps traced, and the
+        seconds per step its op kernels spent in ``input``, ``compute`` and
+        ``communication`` (``workbench.engine.profile`` classifies the ops; concurrent ops
+        each count). Synchronous strategies only: a parameter-server run's steps execute in
+        its workers' servers, which this does not trace yet."""
+        import pandas as pd
+
+        from workbench.common import validate
+
+        steps = validate.positive_int("steps", steps)
+        if strategies.spec(self.job.strategy).has_ps:
+            raise NotImplementedError(f"run.profile() traces synchronous runs; strategy={self.job.strategy!r}")
+        if self.done:
+            raise RuntimeError(f"Run {self.id} has ended: profile() traces a live run")
+        spe = self.job.steps_per_execution
+        rid = 1 + max((e["id"] for e in self._events if e["kind"] == "profile"), default=0)
+        start = (self.step // spe + 2) * spe  # a call boundary ahead, the same for every worker
+        RunDir(self.run_dir).request_profile(rid, start, -(-steps // spe) * spe)
+        names = {t.name for t in self.tasks}
+        deadline = time.monotonic() + timeout
+
+        def got():
+            with self._lock:
+                return [e for e in self._events if e["kind"] == "profile" and e.get("id") == rid]
+
+        while len(got()) < len(names) and not self.done and time.monotonic() < deadline:
+            time.sleep(_POLL)
+        rows = [{k: v for k, v in e.items() if k not in ("kind", "time", "id")} for e in got()]
+        if len(rows) < len(names):
+            if self._error is not None:
+                raise self._error
+            raise TimeoutError(f"profile(): {len(rows)} of {len(names)} tasks traced before "
+                               f"{'the run ended' if self.done else f'{timeout} s'} (start step {start})")
+        cols = ["task", "first", "last", "steps", "input", "compute", "communication", "ops", "logdir"]
+        return pd.DataFrame(rows)[cols].sort_values("task").reset_index(drop=True)
 
     @property
     def links(self) -> Any:

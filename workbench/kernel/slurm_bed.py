@@ -16,6 +16,7 @@ import subprocess
 import time
 
 from workbench.errors import TestbedError
+from workbench.kernel.commands import ip, tail
 
 PACKAGES = {"/usr/sbin/slurmctld": "slurm-wlm", "/usr/sbin/slurmd": "slurm-wlm", "/usr/bin/sbatch": "slurm-wlm",
             "/usr/sbin/munged": "munge"}
@@ -45,19 +46,17 @@ def start(bed, timeout):
     """Start munged, slurmctld and a slurmd per host; wait until every node is idle.
     Returns the path of the bed's ``slurm.conf``."""
     require_packages()
-    from workbench.kernel import testbed as tb
-
     net = bed.controller_ip.rsplit(".", 1)[0]
     ctl_ip = f"{net}.2"
     ns, veth = f"wb-{bed.tag}-{CTL}", f"wb{bed.tag}ctl"
-    tb._ip("netns", "add", ns)
+    ip("netns", "add", ns)
     bed._state["netns"][CTL] = ns
     bed._save()
-    tb._ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-    tb._ip("link", "set", veth, "master", bed._state["bridge"], "up")
-    tb._ip("-n", ns, "addr", "add", f"{ctl_ip}/24", "dev", "eth0")
-    tb._ip("-n", ns, "link", "set", "lo", "up")
-    tb._ip("-n", ns, "link", "set", "eth0", "up")
+    ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+    ip("link", "set", veth, "master", bed._state["bridge"], "up")
+    ip("-n", ns, "addr", "add", f"{ctl_ip}/24", "dev", "eth0")
+    ip("-n", ns, "link", "set", "lo", "up")
+    ip("-n", ns, "link", "set", "eth0", "up")
 
     base = os.path.join(bed.dir, "slurm")
     munge = os.path.join(bed.dir, "munge")
@@ -133,12 +132,10 @@ def _wait(cond, timeout, what, bed, *names):
 
 
 def _logs(bed, name):
-    from workbench.kernel.testbed import _tail
-
     base = os.path.join(bed.dir, "slurm")
     extra = {"munged": os.path.join(bed.dir, "munge", "munged.log"), "slurmctld": os.path.join(base, "slurmctld.log")}
     path = extra.get(name) or os.path.join(base, f"{name}.log")
-    return "\n".join(filter(None, [_tail(os.path.join(bed.dir, f"{name}.out")), _tail(path)]))
+    return "\n".join(filter(None, [tail(os.path.join(bed.dir, f"{name}.out")), tail(path)]))
 
 
 def cluster_options(bed, engines_per_host, options):

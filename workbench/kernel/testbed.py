@@ -26,6 +26,7 @@ import time
 
 from workbench.errors import TestbedError, invalid
 from workbench.kernel import reaper
+from workbench.kernel.commands import ip as _ip, run as _run, tail as _tail
 
 _PACKAGES = {"/usr/sbin/tc": "iproute2", "/usr/sbin/sshd": "openssh-server", "/usr/lib/openssh/sftp-server": "openssh-server",
              "/usr/bin/ssh": "openssh-client", "/usr/bin/ssh-keygen": "openssh-client",
@@ -390,24 +391,6 @@ def _free_subnet():
     if not free:
         raise TestbedError("Every 198.18.x.0/24 is in use by another test bed on this machine.")
     return random.choice(free)
-
-
-def _ip(*args):
-    _run(["ip", *args])
-
-
-def _run(cmd):
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise TestbedError(f"`{' '.join(cmd)}` failed ({out.returncode}): {out.stderr.strip()}")
-
-
-def _tail(path, lines=10):
-    try:
-        with open(path, errors="replace") as f:
-            return "\n".join(f.read().splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def _reap(owner, statefile):

@@ -12,7 +12,7 @@ import numpy as np
 
 from workbench.common import strategies, validate
 from workbench.common.job import Job
-from workbench.common.options import complete
+from workbench.common.options import COMPRESSION, complete
 from workbench.datasets import Data
 from workbench.errors import invalid
 from workbench.kernel import home, keras_args
@@ -27,7 +27,7 @@ def make_job(available: int | None, *, model: Callable, data: object, run_dir: s
 
 def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate, momentum, strategy, workers,
               ps, global_batch_size, steps, seed, steps_per_execution, checkpoint_every, eval_every,
-              variable_partitioner, devices, average_every, metrics, eval_data):
+              variable_partitioner, devices, average_every, metrics, eval_data, compression, anatomy):
     strategy = validate.choice("strategy", strategy, strategies.names())
     spec = strategies.spec(strategy)
     validate.topology(spec, workers, ps, available=available)
@@ -52,6 +52,13 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
         raise invalid("average_every", average_every,
                       f"None with strategy={strategy!r} (only {_listed('averages')} averages replicas)")
     average_every = validate.positive_int("average_every", 1 if average_every is None else average_every)
+    if compression is not None:
+        if not spec.compressible:
+            raise invalid("compression", compression,
+                          f"None with strategy={strategy!r} (only {_listed('compressible')} run an all-reduce to compress)")
+        compression = validate.choice("compression", compression, COMPRESSION)
+    if not isinstance(anatomy, bool):
+        raise invalid("anatomy", anatomy, "True or False")
     sync = spec.synchronous
     replicas = spec.replicas(workers, devices)
     if global_batch_size % replicas:
@@ -95,6 +102,7 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
         checkpoint_every=checkpoint_every, eval_every=eval_every,
         stop_check_every=max(steps_per_execution, 10), variable_partitioner=variable_partitioner,
         devices=devices, average_every=average_every, metrics=metrics, eval_data=eval_data, loss_name=loss_name,
+        compression=compression, anatomy=anatomy,
     )
 
 

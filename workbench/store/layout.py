@@ -155,6 +155,24 @@ class RunDir:
         """Before a (re)launch: a stop asked of an earlier attempt does not stop this one."""
         self.stop_file.unlink(missing_ok=True)
 
+    # -- profiling (``Run.profile``) -----------------------------------------------------
+    @property
+    def profile_request_file(self) -> Path:
+        return self.path / "PROFILE"
+
+    def profile_dir(self, request: int, task: str) -> Path:
+        """Where task ``task`` ("worker:0") writes the trace of profile request ``request``."""
+        return self.path / "profile" / str(request) / task.replace(":", "-")
+
+    def request_profile(self, request: int, start: int, steps: int) -> None:
+        """Ask every task to trace ``steps`` steps from step ``start`` (they poll
+        ``profile_request``): request ``request`` (a number the run has not used)."""
+        files.write_json(self.profile_request_file, {"id": request, "start": start, "steps": steps})
+
+    def profile_request(self) -> dict | None:
+        """The last profile request ({"id", "start", "steps"}), or None."""
+        return files.read_json(self.profile_request_file)
+
     # -- records ------------------------------------------------------------------------
     def read_run(self) -> RunRecord | None:
         return files.read_json(self.run_json)

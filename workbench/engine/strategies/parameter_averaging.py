@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
     import tensorflow as tf
 
-    from workbench.engine import build, loop, synchronous
+    from workbench.engine import build, compression, loop, synchronous
 
     # the collectives that average the replicas; the replicas themselves are plain
     # variables of this process, trained with no strategy at all
@@ -33,32 +33,59 @@ def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
                                          input_pipeline_id=ctx.task.index, num_replicas_in_sync=job.workers)
     iterator = iter(build.dataset_fn(job, start_step=t.start)(context))
     # each worker's loss is the mean over its own m = global/n examples
-    replica_step = loop.step_fn(t, build.loss(job), global_batch_size=local)
-    outputs = 2 + len(t.metrics)
+    replica_step = loop.step_fn(t, build.loss(job), global_batch_size=local, timed=job.anatomy)
+    outputs = 2 + len(t.metrics) + (3 if job.anatomy else 0)
     variables = build.trainable(t.model)
+    reduce = compression.reducer(job.compression, variables, op="MEAN")
+    # compressed runs send each replica's change since the last average (cast or quantized),
+    # not the parameters themselves: the parameters keep their 32 bits
+    anchors = [tf.Variable(tf.convert_to_tensor(v), trainable=False) for v in variables] if job.compression else None
 
     def average():
+        """The replicas' mean, in place; returns (seconds, bytes handed to the collectives)."""
         def replica_fn():
-            ctx = tf.distribute.get_replica_context()
-            means = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, [tf.identity(tf.convert_to_tensor(v)) for v in variables])
+            if anchors is None:
+                means, sent = reduce([tf.identity(tf.convert_to_tensor(v)) for v in variables])
+            else:
+                deltas, sent = reduce([tf.convert_to_tensor(v) - a for v, a in zip(variables, anchors)])
+                means = [a + d for a, d in zip(anchors, deltas)]
+                for a, m in zip(anchors, means):
+                    a.assign(m)
             for v, m in zip(variables, means):
                 v.assign(m)
-        strategy.run(replica_fn)
+            return sent
+        began = tf.timestamp()
+        with tf.control_dependencies([began]):
+            sent = strategy.run(replica_fn)
+        with tf.control_dependencies([sent] + [tf.convert_to_tensor(v) for v in variables]):
+            return tf.cast(tf.timestamp() - began, tf.float32), tf.cast(sent, tf.float32)
 
     @tf.function
     def run_steps(iterator, n, then_average):
-        columns = [tf.TensorArray(tf.float32, size=n) for _ in range(outputs)]
+        columns = [tf.TensorArray(tf.float32, size=n) for _ in range(outputs + (1 if job.anatomy else 0))]
         for i in tf.range(n):
-            x, y = next(iterator)
-            columns = [c.write(i, v) for c, v in zip(columns, replica_step(x, y))]
+            began = tf.timestamp()
+            with tf.control_dependencies([began]):
+                x, y = next(iterator)
+            with tf.control_dependencies(tf.nest.flatten((x, y))):
+                waited = tf.cast(tf.timestamp() - began, tf.float32)
+            row = list(replica_step(x, y)) + ([waited] if job.anatomy else [])
+            columns = [c.write(i, v) for c, v in zip(columns, row)]
+        seconds, sent = tf.constant(0.0), tf.constant(0.0)
         if then_average:
-            average()
-        return tf.stack([c.stack() for c in columns])
+            seconds, sent = average()
+        return tf.stack([c.stack() for c in columns]), seconds, sent
 
     k = job.average_every
+    comm = 2 + len(t.metrics) + 1  # the anatomy's communication column, then bytes
 
     def run_chunk(done, n):  # chunks end on multiples of k (``every=k``): average there
-        return run_steps(iterator, tf.constant(n), (done + n) % k == 0).numpy()
+        values, seconds, sent = run_steps(iterator, tf.constant(n), (done + n) % k == 0)
+        values = values.numpy()
+        if job.anatomy:  # the average is the last step's communication
+            values[comm, -1] += float(seconds)
+            values[comm + 1, -1] = float(sent)
+        return values
 
     done, stopped = synchronous.lockstep(t, run_chunk, synchronous.agreement(strategy), examples=local, every=k)
     if done % k:  # the run ends on the average of the replicas, as Deeplearning4j's does

@@ -73,10 +73,10 @@ def _train(job, ctx, strategy, coordinator):
     context = tf.distribute.InputContext(1, 0, strategy.num_replicas_in_sync)
     per_worker = coordinator.create_per_worker_dataset(lambda: fn(context))
     iterator = iter(per_worker)
-    replica_step = loop.step_fn(t, build.loss(job), staleness=True)
-
-    looped = tf.function(loop.steps_fn(strategy, replica_step, outputs=3 + len(metrics)))
-    unrolled = tf.function(loop.steps_fn(strategy, replica_step, outputs=3 + len(metrics), unroll=True))
+    replica_step = loop.step_fn(t, build.loss(job), staleness=True, timed=job.anatomy)
+    outputs = 3 + len(metrics) + (3 if job.anatomy else 0)
+    looped = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy))
+    unrolled = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, unroll=True, timed=job.anatomy))
 
     def timed(steps):
         """The steps, with the worker's own clock read before and after them: step times are
@@ -131,13 +131,17 @@ def _train(job, ctx, strategy, coordinator):
         # from the end of this worker's previous call (a wait for a checkpoint or for the
         # chief counts: a slow step, never an infinitely fast one), or from this call's start
         since = max(float(ended) - last_seen.get(int(worker), float(began)), 1e-6)
+        # the worker idle between its calls, waiting for the chief to give it the next one
+        idle = max(float(began) - last_seen.get(int(worker), float(began)), 0.0)
         last_seen[int(worker)] = float(ended)
+        values, parts = values[:len(metrics)], values[len(metrics):]
         for j, loss in enumerate(losses):
             loop.check_loss(float(loss), done + j + 1, f"worker:{int(worker)}", job)
             pub.add(step=done + j + 1, worker=f"worker:{int(worker)}", loss=float(loss),
                     accuracy=float(hits[j]) / job.global_batch_size, step_time=since / n,
                     examples_per_s=job.global_batch_size * n / since, replicas=1, staleness=int(stale[j]),
-                    **{name: float(v[j]) for (name, _, _), v in zip(metrics, values)})
+                    **{name: float(v[j]) for (name, _, _), v in zip(metrics, values)},
+                    **loop.anatomy(parts, j), **({"wait_time": idle / n} if parts else {}))
         done += n
         board.scalars(done, loss=float(losses[-1]), **{name: float(v[-1]) for (name, _, _), v in zip(metrics, values)})
         pub.flush()

@@ -1,0 +1,123 @@
+"""10: inside a step: where the time goes, and 32/16/8-bit gradient communication."""
+
+from make_notebooks import code, md
+
+NAME = "10_inside_a_step"
+
+
+def cells():
+    return [
+        md("""
+# Inside a step
+
+The recipe for speed is to find the bottleneck first: is a step waiting for its data,
+computing, moving gradients, or waiting for a slower peer? The workbench times the pieces of
+every step where they run (`tf.timestamp` inside the step's own `tf.function`, chained to the
+ops it brackets) and `run.anatomy()` gives each worker's share of wall time in
+
+- **input** (waiting for the next batch), **compute** (forward, backward, local update),
+- **communication** (the all-reduce; under a parameter server, the gradients' push),
+- **waiting** (for a slower peer inside the all-reduce; idle between a PS worker's calls),
+- **other** (Python between calls, publishing metrics, dispatch).
+
+The dashboard draws the same shares as a stacked bar per worker while a run trains, and
+names a straggler (a worker busy more than 20% longer per step than the others).
+"""),
+        code("""
+import pandas as pd
+import workbench as wb
+
+cluster = wb.Cluster(engines=4).start()
+digits = wb.datasets.digits()
+args = dict(data=digits, global_batch_size=128, steps=300, learning_rate=0.1, seed=0,
+            checkpoint_every=0, dashboard=False)
+small, wide = wb.models.mlp((64, 32)), wb.models.mlp((512, 512))
+runs = {
+    ("MWMS", "small"): cluster.train(small, strategy="multi_worker_mirrored", workers=2, **args).wait(),
+    ("MWMS", "wide"): cluster.train(wide, strategy="multi_worker_mirrored", workers=2, **args).wait(),
+    ("PSS", "small"): cluster.train(small, strategy="parameter_server", workers=2, ps=1, **args).wait(),
+    ("PSS", "wide"): cluster.train(wide, strategy="parameter_server", workers=2, ps=1, **args).wait(),
+}
+"""),
+        md("""
+## The anatomy of each run
+
+One row per worker: mean wall time per step, the shares (they sum to 1), the bytes each
+step hands to the all-reduce, and whether the worker is a straggler.
+"""),
+        code("""
+table = pd.concat({f"{s} {m}": r.anatomy() for (s, m), r in runs.items()}, names=["run"])
+table.round(3)
+""", volatile=True),
+        code("""
+shares = table[["input", "compute", "communication", "waiting", "other"]].sum(axis=1)
+print(f"shares sum to 1 for every worker: {bool((shares.round(6) == 1).all())}")
+params = {m: sum(w.size for w in runs[("MWMS", m)].weights()) for m in ("small", "wide")}
+for m in ("small", "wide"):
+    sent = runs[("MWMS", m)].history.comm_bytes
+    print(f"MWMS {m}: {params[m]:,} parameters, bytes per step = 4 x parameters: {bool((sent == 4 * params[m]).all())}")
+ms = {k: 1e3 * (r.anatomy().compute * r.anatomy().step_time).mean() for k, r in runs.items()}
+print(f"the wide model computes longer per step under MWMS: {ms[('MWMS', 'wide')] > ms[('MWMS', 'small')]} "
+      f"(measured {ms[('MWMS', 'small')]:.2f} ms vs {ms[('MWMS', 'wide')]:.2f} ms)")
+"""),
+        md("""
+**Reading it.** On two shared cores the small model's MWMS step is mostly the all-reduce and
+the Python around each call: the gradient is 26 kB, so the collective's fixed latency
+dominates. The wide model moves 40 times the bytes and computes far more, so compute and
+communication grow together. Under the parameter server, much of each worker's wall time
+is **waiting**: idle between calls while the single chief schedules the next one (the
+coordinator is the bottleneck here, as `DESIGN.md` measured).
+
+## A profiler trace of a live run
+
+`run.profile(steps=N)` asks every training task for a TF profiler trace of N steps while
+the run goes on, writes it under the run directory (TensorBoard's profile plugin or XProf
+open it) and summarises it by the same categories: seconds per step of op kernels.
+"""),
+        code("""
+live = cluster.train(wide, strategy="multi_worker_mirrored", workers=2, **dict(args, steps=5000))
+trace = live.profile(steps=50)
+live.stop()
+trace[["task", "first", "last", "input", "compute", "communication", "ops"]].round(5)
+""", volatile=True),
+        md("""
+## 32, 16 or 8 bits on the wire
+
+TF's collectives have no compression of their own. `train(compression=...)` casts the
+gradients to float16 or bfloat16 before the all-reduce and back after, or quantizes each
+tensor to int8 with its own scale, feeding the rounding error into the next step (error
+feedback), so that what is sent adds up to the true gradients over time. The bytes per
+step are counted from the tensors actually handed to the collective.
+"""),
+        code("""
+kinds = [None, "fp16", "bf16", "int8"]
+comp = {k: cluster.train(wide, strategy="multi_worker_mirrored", workers=2, compression=k, eval_every=100,
+                         **dict(args, checkpoint_every=0)).wait() for k in kinds}
+full = comp[None].history.comm_bytes.iloc[-1]
+pd.DataFrame({"bytes per step": {str(k): int(r.history.comm_bytes.iloc[-1]) for k, r in comp.items()},
+              "of float32": {str(k): round(r.history.comm_bytes.iloc[-1] / full, 4) for k, r in comp.items()}})
+"""),
+        code("""
+tensors = len(comp[None].weights())
+print("fp16 sends exactly half:", comp["fp16"].history.comm_bytes.iloc[-1] * 2 == full)
+print("int8 sends a quarter plus a 4-byte scale per tensor:",
+      comp["int8"].history.comm_bytes.iloc[-1] == -(-full // 16) * 4 + 4 * tensors)
+base = comp[None].evaluation["test_accuracy"]
+for k in kinds[1:]:
+    acc = comp[k].evaluation["test_accuracy"]
+    print(f"{k}: test accuracy within 0.02 of 32-bit: {abs(acc - base) <= 0.02} (measured {acc:.3f} vs {base:.3f})")
+"""),
+        code("""
+wb.compare(*comp.values(), labels=["float32", "fp16", "bf16", "int8"])
+""", volatile=True),
+        md("""
+**What it means.** Halving or quartering the bytes costs no accuracy you can see here.
+Whether it buys speed depends on the link: on loopback with 2 shared cores the casts and
+the quantization cost about as much as the bytes they save (`bench/anatomy.py` measures the
+effective bandwidth of each); on a real network, where the all-reduce is the bottleneck,
+16 bits move the same gradient in about half the time.
+"""),
+        code("""
+cluster.stop()
+"""),
+    ]

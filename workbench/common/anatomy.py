@@ -1,0 +1,107 @@
+"""The anatomy of a step: where each worker's wall time goes. Pure logic over step rows
+(``StepRow``'s anatomy columns), shared by ``Run.anatomy()``, the dashboard and the CLI.
+
+How it is measured (``engine/loop.py``: ``step_fn`` and ``steps_fn`` with ``timed=True``):
+``tf.timestamp`` ops inside the step's own ``tf.function``, each chained by control
+dependencies to the ops it brackets, so they read the clock when those ops have run, not
+when Python dispatched them. No extra collective, no extra copy of a tensor; the cost is a
+few scalar ops per step (bench/anatomy.py measures it).
+
+What each share includes:
+
+- **input**: ``next(iterator)``, the wait for the step's batch (prefetched batches cost
+  ~nothing). Unrolled parameter-server calls read their batches before the steps start:
+  their input wait falls in **other**.
+- **compute**: the forward and backward passes and the optimizer's update of local
+  variables (single, mirrored, multi-worker mirrored, parameter averaging). Under
+  parameter-server training the forward pass's reads of variables held by PS tasks are
+  inside it too (they are interleaved with the forward ops; TF does not expose them
+  apart).
+- **communication**: the gradients' all-reduce (multi-worker mirrored, mirrored), the
+  average of the replicas (parameter averaging, on the step that averages), the push of
+  the gradients to the PS tasks and the update there (parameter server: from the end of
+  the backward pass to the global step's increment on its PS).
+- **waiting**: synchronous strategies: the part of a worker's all-reduce spent waiting for
+  a slower peer. A collective ends for everyone at once, so the worker that arrived last
+  waited the least: its all-reduce time is taken as the transfer itself (communication)
+  for every worker of that step, and the rest of each worker's all-reduce time is waiting.
+  Parameter server: the time a worker sat idle between two of its scheduled calls (waiting
+  for the chief). Exact to the clock's resolution when the last worker to arrive does not
+  wait; when all workers wait on a third party, that shared wait counts as communication.
+- **other**: the rest of the wall time per step (``step_time``): Python between calls,
+  publishing metrics, the first call's tracing, the parameter server's dispatch.
+
+A worker is a **straggler** when its busy time per step (wall minus waiting) is more than
+``STRAGGLER`` (20%) above the mean of the others'.
+"""
+
+from __future__ import annotations
+
+PARTS = ("input", "compute", "communication", "waiting", "other")
+COLUMNS = ("input_time", "compute_time", "comm_time", "comm_bytes")
+STRAGGLER = 0.20
+
+
+def has_anatomy(history) -> bool:
+    return all(c in history for c in COLUMNS[:3]) and history["compute_time"].notna().any()
+
+
+def per_step(history):
+    """Seconds per (worker, step) in each part, from the rows' columns; the history's rows
+    with anatomy only."""
+    import numpy as np
+
+    h = history.dropna(subset=["compute_time"]).copy()
+    if h.empty:
+        return h.assign(**{p: [] for p in PARTS})
+    if "wait_time" in h and h["wait_time"].notna().any():  # parameter server: idle between calls
+        comm = h["comm_time"]
+        waiting = h["wait_time"].fillna(0.0)
+    else:
+        transfer = h.groupby("step")["comm_time"].transform("min")
+        comm, waiting = transfer, h["comm_time"] - transfer
+    h["input"] = h["input_time"]
+    h["compute"] = h["compute_time"]
+    h["communication"] = comm
+    h["waiting"] = waiting
+    wall = np.maximum(h["step_time"], h[["input", "compute", "communication", "waiting"]].sum(axis=1))
+    h["other"] = wall - h[["input", "compute", "communication", "waiting"]].sum(axis=1)
+    h["wall"] = wall
+    return h
+
+
+def table(history, skip: int = 0):
+    """One row per worker: its mean step time (s), the share of it in each part, bytes
+    handed to the all-reduce per step, busy seconds per step and whether it is the run's
+    straggler. ``skip``: steps left out at the start (the first call traces its function)."""
+    import pandas as pd
+
+    cols = ["worker", "steps", "step_time", *PARTS, "bytes_per_step", "busy", "straggler"]
+    if history is None or not len(history) or not has_anatomy(history):
+        return pd.DataFrame(columns=cols)
+    h = history[history.step > skip] if (history.step > skip).any() else history
+    h = per_step(h)
+    if h.empty:
+        return pd.DataFrame(columns=cols)
+    g = h.groupby("worker")
+    sums = g[list(PARTS) + ["wall"]].sum()
+    out = pd.DataFrame({"steps": g.size(), "step_time": sums["wall"] / g.size()})
+    for p in PARTS:
+        out[p] = sums[p] / sums["wall"]
+    out["bytes_per_step"] = g["comm_bytes"].mean() if "comm_bytes" in h else 0.0
+    out["busy"] = (sums["wall"] - sums["waiting"]) / g.size()
+    out["straggler"] = False
+    slow = straggler(out["busy"])
+    if slow is not None:
+        out.loc[slow, "straggler"] = True
+    return out.reset_index()[cols]
+
+
+def straggler(busy) -> str | None:
+    """The worker whose busy time per step is more than STRAGGLER above the mean of the
+    others', or None (``busy``: a Series indexed by worker)."""
+    if len(busy) < 2:
+        return None
+    worst = busy.idxmax()
+    others = busy.drop(worst).mean()
+    return worst if others > 0 and busy[worst] > (1 + STRAGGLER) * others else None
