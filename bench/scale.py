@@ -137,18 +137,25 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true")
     p.add_argument("--engines", type=int, nargs="*")
     p.add_argument("--steps", type=int)
+    p.add_argument("--add", nargs="*", default=[], help="scale.json files of earlier runs (other N) to report with")
     args = p.parse_args(argv)
-    ns = args.engines or ([2] if args.quick else [2, 4, 8, 16])
+    ns = args.engines if args.engines is not None else ([2] if args.quick else [2, 4, 8, 16])  # --engines alone: none
     steps = args.steps or (30 if args.quick else 200)
-    rows = []
+    rows = [r for path in args.add for r in json.loads(Path(path).read_text())["results"]["rows"]]
     for n in ns:
         r = one(n, steps)
         print(json.dumps(r), flush=True)
         rows.append(r)
+    report(rows, steps, args.quick)
+
+
+def report(rows, steps, quick):
+    rows = sorted(rows, key=lambda r: r["engines"])
+    ns = [r["engines"] for r in rows]
     fits = {key: fit([r["engines"] for r in rows], [r.get(key) for r in rows]) for key in COSTS}
     OUT.mkdir(exist_ok=True)
     result = {"results": {"rows": rows, "fits": {k: {"exponent": v[0], "growth": v[1]} for k, v in fits.items()}},
-              "meta": {"quick": args.quick, "steps": steps, "machine": _machine()}}
+              "meta": {"quick": quick, "steps": steps, "machine": _machine()}}
     result["plot"] = plot(rows, fits)
     (OUT / "scale.json").write_text(json.dumps(result, indent=1))
     md = [f"Real local clusters, MWMS over all N engines, mlp((16,)) on digits, batch 16/worker, {steps} steps; "
