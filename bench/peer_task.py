@@ -5,8 +5,9 @@ MWMS worker 0) prints one JSON line: when its first step finished and its steady
 
     TF_CONFIG=... python bench/peer_task.py {mwms|pss} WORKLOAD STEPS [STEPS_PER_SCHEDULE]
 
-STEPS_PER_SCHEDULE (PSS only, default 1, the tutorial's) loops that many steps inside each
-scheduled function with ``tf.range``: TensorFlow's own answer, as a reference.
+STEPS_PER_SCHEDULE (default 1, the tutorial's) loops that many steps inside each scheduled
+function (PSS) or each ``tf.function`` call (MWMS, one cross-worker reduce per call) with
+``tf.range``: TensorFlow's own answer, as a reference.
 """
 
 import json
@@ -56,7 +57,11 @@ def replica_step(strategy, features, hidden, batch):
     return step_fn
 
 
-def mwms(x, y, hidden, batch, steps):
+def mwms(x, y, hidden, batch, steps, per_call=1):
+    """The tutorial's loop (one step per call, a cross-worker loss reduce every step), or with
+    ``per_call`` > 1 TF's best practice for the same computation: ``per_call`` steps per
+    ``tf.function`` call in a ``tf.range`` loop, one reduce per call (what Keras'
+    ``steps_per_execution`` does)."""
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     step_fn = replica_step(strategy, x.shape[1], hidden, batch)
 
@@ -71,12 +76,19 @@ def mwms(x, y, hidden, batch, steps):
     def train_step(iterator):
         return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(next(iterator),)), axis=None)
 
+    @tf.function
+    def train_steps(iterator):
+        loss = strategy.run(step_fn, args=(next(iterator),))
+        for _ in tf.range(per_call - 1):
+            loss = strategy.run(step_fn, args=(next(iterator),))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
+
     times = []
-    for _ in range(steps):
-        train_step(iterator).numpy()
+    for _ in range(steps // per_call):
+        (train_step if per_call == 1 else train_steps)(iterator).numpy()
         times.append(time.time())
-    start = max(1, len(times) // 5)  # a fifth of the steps warm up, the rest are timed
-    return {"first_step": times[0], "steps_per_s": (len(times) - 1 - start) / (times[-1] - times[start])}
+    start = max(1, len(times) // 5)  # a fifth of the calls warm up, the rest are timed
+    return {"first_step": times[0], "steps_per_s": (len(times) - 1 - start) * per_call / (times[-1] - times[start])}
 
 
 def pss(x, y, hidden, batch, steps, per_schedule=1):
@@ -129,7 +141,7 @@ def main():
         return
     x, y, hidden, batch = workload(name)
     if kind == "mwms":
-        result = mwms(x, y, hidden, batch, steps)
+        result = mwms(x, y, hidden, batch, steps, per_schedule)
     else:
         result = pss(x, y, hidden, batch, steps, per_schedule)
     if task["type"] == "chief" or task["index"] == 0:

@@ -3,8 +3,9 @@
     python bench/run_all.py           # full: ~30 minutes on 2 cores
     python bench/run_all.py --quick   # smoke: every benchmark in its tiny mode (~4 minutes)
 
-Runs strategies.py, dashboard.py, versus_peer.py, ceilings.py, network.py and anatomy.py (each writes its JSON and
-Markdown table to bench/results/), then draws bench/results/*.png from the JSON and
+Runs strategies.py, dashboard.py, versus_peer.py, ceilings.py, network.py, anatomy.py,
+simulated_scale.py and scale.py (each writes its JSON and Markdown table to
+bench/results/; scale.py also draws scale.png), then draws the other bench/results/*.png from the JSON and
 gathers the tables into bench/results/summary.md. Every figure is a ratio of two things
 measured in the same run, alternated; no figure is compared between runs.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results"
-BENCHMARKS = ["strategies", "dashboard", "versus_peer", "ceilings", "network", "anatomy"]
+BENCHMARKS = ["strategies", "dashboard", "versus_peer", "ceilings", "network", "anatomy", "simulated_scale", "scale"]
 
 
 def _load(name):
@@ -95,6 +96,9 @@ def plots():
     fig.savefig(OUT / "ceilings.png", dpi=110)
     drawn.append("ceilings.png")
     plt.close("all")
+    scale = _load("scale")
+    if scale.get("plot"):  # cost against N engines, drawn by scale.py with its fits
+        drawn.append(scale["plot"])
     return drawn
 
 

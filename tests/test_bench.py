@@ -30,6 +30,20 @@ def dashboard_ok(data):
     assert data["latency_samples"] > 0
 
 
+def simulated_scale_ok(data):
+    sim = data["results"]["simulated"]
+    assert sim and all(r["rows_merged"] > 0 and r["dashboard_updates"] > 0 for r in sim)
+    assert data["results"]["state_api"]["runs_listed"] > 0
+    w = data["results"]["window_cost"]
+    assert w["new"]["rows"] < w["old"]["rows"]
+
+
+def scale_ok(data):
+    rows = data["results"]["rows"]
+    assert [r["engines"] for r in rows] == [2]
+    assert all(rows[0][k] > 0 for k in ("ready_s", "first_step_s", "rerun_first_step_s", "stop_s", "engine_pss_mb"))
+
+
 def ceilings_ok(data):
     c, a = data["results"]["compute"], data["results"]["all-reduce"]
     assert c["FLOPs per step"] > 0 and c["workbench / matmul"]["median"] > 0 and c["plain TF loop / matmul"]["median"] > 0
@@ -44,9 +58,10 @@ def test_every_benchmark_runs_in_quick_mode_with_plots():
     assert out.returncode == 0, out.stderr[-3000:]
     results = ROOT / "bench" / "results"
     summary = json.loads((results / "run_all.json").read_text())
-    assert summary["quick"] is True and set(summary["seconds"]) == {"strategies", "dashboard", "versus_peer", "ceilings"}
+    assert summary["quick"] is True and set(summary["seconds"]) == {"strategies", "dashboard", "versus_peer", "ceilings",
+                                                                   "simulated_scale", "scale"}
     for name, check in [("strategies", strategies_ok), ("dashboard", dashboard_ok), ("versus_peer", versus_peer_ok),
-                        ("ceilings", ceilings_ok)]:
+                        ("ceilings", ceilings_ok), ("simulated_scale", simulated_scale_ok), ("scale", scale_ok)]:
         data = json.loads((results / f"{name}.json").read_text())
         assert data["meta"]["quick"] is True
         check(data)

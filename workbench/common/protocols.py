@@ -148,10 +148,12 @@ class Evaluation(TypedDict):
 
 class Published(TypedDict):
     """One window of what an engine publishes while a run trains (``publish_data``): its
-    last rows and events. Each replaces the last; the kernel de-duplicates."""
+    last rows and events, and how many rows the task has made so far (``n``: the kernel
+    merges only the rows it has not merged yet). Each replaces the last."""
 
     rows: list[StepRow]
     events: list[Event]
+    n: int
 
 
 class TaskResult(TypedDict):

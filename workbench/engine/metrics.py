@@ -4,18 +4,27 @@ Rows go three ways: into a window published with ipyparallel's ``publish_data`` 
 kernel polls ``AsyncResult.data``; each publish replaces the last, so the window overlaps
 and the kernel de-duplicates by (worker, step)), appended to a JSON-lines file in the run
 directory (for re-attaching later), and kept whole for the task's final result.
+
+The window holds the rows of the last ``WINDOW_FLUSHES`` publishes (at most ``window``
+rows): a kernel that polls at least once in that many publishes (10 s at 5 per second)
+misses no row, and at 10 steps/s a publish carries ~100 rows, not up to 2,048: with hundreds of
+workers, the kernel's ipyparallel client would otherwise unpickle 2,048 rows per worker
+five times a second (issue 25).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from workbench.common.protocols import Event, EventKind, Published, StepRow
 
 from workbench.store import RunDir
+
+WINDOW_FLUSHES = 50
 
 
 class Publisher:
@@ -29,6 +38,7 @@ class Publisher:
         self.interval = interval
         self.window = window
         self._last = 0.0
+        self._marks: deque[int] = deque(maxlen=WINDOW_FLUSHES)  # len(rows) at each of the last publishes
         path = RunDir(run_dir).metrics_file(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a")
@@ -60,7 +70,9 @@ class Publisher:
         self._last = now
         self._file.flush()
         if self._publish is not None:
-            window: Published = {"rows": self.rows[-self.window:], "events": self.events[-64:]}
+            self._marks.append(len(self.rows))
+            start = max(self._marks[0] if len(self._marks) == WINDOW_FLUSHES else 0, len(self.rows) - self.window)
+            window: Published = {"rows": self.rows[start:], "events": self.events[-64:], "n": len(self.rows)}
             self._publish(window)
 
     def close(self) -> None:

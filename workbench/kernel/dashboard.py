@@ -10,8 +10,9 @@ import html
 import threading
 import time
 
+import numpy as np
 
-from workbench.kernel import links, render
+from workbench.kernel import links, livestats, render
 from workbench.store import RunDir
 
 MIME_WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -39,16 +40,30 @@ class Dashboard:
         self._newest = 0.0
         self.latencies = []  # seconds from the newest step's end on an engine to this update
 
+        # many workers: one median line and a 10-90% band instead of a line each (livestats.py)
+        self.aggregate = len(self.workers) > livestats.PER_WORKER_LINES
+        self.stats = livestats.LiveStats(per_worker=not self.aggregate)
+        self._base = None
+        self._redrawing = threading.Lock()  # the update thread and widget callbacks both redraw
+
         # -- loss ---------------------------------------------------------------------
         self.x_scale, self.loss_scale = bq.LinearScale(), bq.LinearScale()
         self.acc_scale = bq.LinearScale(min=0.0, max=1.0)
         colors = render.COLORS
-        self.loss_lines = {
+        self.loss_lines = {} if self.aggregate else {
             w: bq.Lines(x=[], y=[], scales={"x": self.x_scale, "y": self.loss_scale},
                         colors=[colors[i % len(colors)]], labels=[w], display_legend=True, stroke_width=1,
                         opacities=[0.6])
             for i, w in enumerate(self.workers)
         }
+        spread = f"{len(self.workers)} workers: 10-90%"
+        self.loss_band = bq.Lines(x=[], y=[[], []], scales={"x": self.x_scale, "y": self.loss_scale},
+                                  colors=["#1f77b4", "#1f77b4"], fill="between", fill_colors=["#1f77b4"],
+                                  fill_opacities=[0.2], opacities=[0.3, 0.3], stroke_width=0.5,
+                                  labels=[spread, ""], display_legend=self.aggregate)
+        self.loss_median = bq.Lines(x=[], y=[], scales={"x": self.x_scale, "y": self.loss_scale},
+                                    colors=["#1f77b4"], labels=["median of workers"], display_legend=True,
+                                    stroke_width=1)
         self.global_line = bq.Lines(x=[], y=[], scales={"x": self.x_scale, "y": self.loss_scale},
                                     colors=["black"], labels=["global (smoothed)"], display_legend=True,
                                     stroke_width=2.5)
@@ -57,7 +72,8 @@ class Dashboard:
                                      display_legend=True)
         self.x_axis = bq.Axis(scale=self.x_scale, label="step")
         self.loss_fig = bq.Figure(
-            marks=[*self.loss_lines.values(), self.global_line, self.acc_points],
+            marks=[*self.loss_lines.values(), *([self.loss_band, self.loss_median] if self.aggregate else []),
+                   self.global_line, self.acc_points],
             axes=[self.x_axis, bq.Axis(scale=self.loss_scale, side="left", label="loss"),
                   bq.Axis(scale=self.acc_scale, side="right", label="test accuracy")],
             title="Loss", legend_location="top-right",
@@ -72,13 +88,18 @@ class Dashboard:
 
         # -- throughput ----------------------------------------------------------------
         self.tx, self.ty = bq.LinearScale(), bq.LinearScale(min=0.0)
-        self.thr_lines = {
+        self.thr_lines = {} if self.aggregate else {
             w: bq.Lines(x=[], y=[], scales={"x": self.tx, "y": self.ty}, colors=[colors[i % len(colors)]],
                         labels=[w], display_legend=True)
             for i, w in enumerate(self.workers)
         }
+        self.thr_band = bq.Lines(x=[], y=[[], []], scales={"x": self.tx, "y": self.ty}, colors=["#2ca02c"] * 2,
+                                 fill="between", fill_colors=["#2ca02c"], fill_opacities=[0.2], opacities=[0.3, 0.3],
+                                 stroke_width=0.5, labels=[spread, ""], display_legend=True)
+        self.thr_median = bq.Lines(x=[], y=[], scales={"x": self.tx, "y": self.ty}, colors=["#2ca02c"],
+                                   labels=["median of workers"], display_legend=True)
         self.thr_fig = bq.Figure(
-            marks=list(self.thr_lines.values()),
+            marks=list(self.thr_lines.values()) + ([self.thr_band, self.thr_median] if self.aggregate else []),
             axes=[bq.Axis(scale=self.tx, label="step"),
                   bq.Axis(scale=self.ty, side="left", label="examples/s")],
             title="Throughput per worker", layout=W.Layout(width="520px", height="320px"),
@@ -152,42 +173,57 @@ class Dashboard:
             update_display(self._bundle(), raw=True, display_id=self._display_id)
 
     def _redraw(self):
+        with self._redrawing:
+            self._draw()
+
+    def _draw(self):
         run = self.run
-        h = run.history
-        if len(h) and h.time.max() > self._newest:  # metrics latency: engine step end -> widget
-            self._newest = float(h.time.max())
+        stats = self.stats
+        rows, stats.cursor = run.rows_since(stats.cursor)  # only what arrived since the last update
+        stats.add(rows, run.started)
+        if stats.newest > self._newest:  # metrics latency: engine step end -> widget
+            self._newest = stats.newest
             self.latencies.append(time.time() - self._newest)
         x_is_time = self.x_choice.value != "step"
         self.x_axis.label = "wall time (s)" if x_is_time else "step"
+        by = stats.by_step() if stats.rows else None
         with self.loss_fig.hold_sync(), self.thr_fig.hold_sync():
             for w, line in self.loss_lines.items():
-                g = h[h.worker == w]
-                idx = render.thin(len(g))
-                x = (g.elapsed if x_is_time else g.step).values[idx]
+                step, elapsed, loss, eps = stats.worker_arrays(w)
+                idx = render.thin(len(step))
                 with line.hold_sync():
-                    line.x, line.y = x.astype(float), g.loss.values[idx].astype(float)
+                    line.x, line.y = (elapsed if x_is_time else step)[idx], loss[idx]
                 tl = self.thr_lines[w]
                 with tl.hold_sync():
-                    tl.x, tl.y = g.step.values[idx].astype(float), g.examples_per_s.values[idx].astype(float)
-            if len(h):
-                glob = h.groupby("step").agg(loss=("loss", "mean"), elapsed=("elapsed", "max"))
-                idx = render.thin(len(glob))
-                smooth = render.ema(glob.loss.values, self.smooth.value)[idx]
-                gx = (glob.elapsed.values if x_is_time else glob.index.values)[idx]
+                    tl.x, tl.y = step[idx], eps[idx]
+            if by is not None:
+                idx = render.thin(len(by["step"]))
+                gx = (by["elapsed"] if x_is_time else by["step"])[idx]
+                if self.aggregate:
+                    with self.loss_band.hold_sync():
+                        self.loss_band.x, self.loss_band.y = gx, [by["loss_p10"][idx], by["loss_p90"][idx]]
+                    with self.loss_median.hold_sync():
+                        self.loss_median.x, self.loss_median.y = gx, by["loss_median"][idx]
+                    sx = by["step"][idx]
+                    with self.thr_band.hold_sync():
+                        self.thr_band.x, self.thr_band.y = sx, [by["eps_p10"][idx], by["eps_p90"][idx]]
+                    with self.thr_median.hold_sync():
+                        self.thr_median.x, self.thr_median.y = sx, by["eps_median"][idx]
+                smooth = livestats.ema(by["loss_mean"], self.smooth.value)[idx]
                 with self.global_line.hold_sync():
-                    self.global_line.x, self.global_line.y = gx.astype(float), smooth
+                    self.global_line.x, self.global_line.y = gx, smooth
             ev = run.evaluations
             if len(ev):
                 with self.acc_points.hold_sync():
-                    if x_is_time:
-                        step_time = h.groupby("step").elapsed.max()
-                        ex = step_time.reindex(ev.step).values
+                    if x_is_time and by is not None:
+                        step_time = dict(zip(by["step"], by["elapsed"]))
+                        ex = np.array([step_time.get(s, np.nan) for s in ev.step.values], float)
                     else:
                         ex = ev.step.values
                     self.acc_points.x, self.acc_points.y = ex.astype(float), ev.test_accuracy.values.astype(float)
-        self.thr_text.value = self._throughput_text(h)
-        if len(h) != self._anatomy_at[0] and (run.done or time.monotonic() - self._anatomy_at[1] > 1.0):
-            self._anatomy_at = (len(h), time.monotonic())
+        self.thr_text.value = self._throughput_text()
+        if stats.rows != self._anatomy_at[0] and (run.done or time.monotonic() - self._anatomy_at[1] > 1.0):
+            self._anatomy_at = (stats.rows, time.monotonic())
             self.anatomy.value = render.anatomy_html(run.anatomy())
         self.progress.value = min(run.step, run.job.steps)
         self.status.value = f"<span class='wb-state'>{html.escape(self._status_text())}</span>"
@@ -209,20 +245,16 @@ class Dashboard:
             self.stop_button.disabled = True
         self.updates += 1
 
-    def _throughput_text(self, h):
-        if not len(h):
+    def _throughput_text(self, h=None):
+        recent = self.stats.recent(getattr(self.run.job, "metric_names", ()))
+        if recent is None:
             return "<i>no steps yet</i>"
-        recent = h[h.time >= h.time.max() - 5.0]
-        per_worker = recent.groupby("worker").examples_per_s.median()
-        total = float(per_worker.sum())
-        steps = recent.drop_duplicates("step")
-        span = steps.time.max() - steps.time.min()
-        steps_per_s = (steps.step.max() - steps.step.min()) / span if span > 0 else float("nan")
+        per_worker = recent["examples_per_s"]
+        total = recent["total"]
         parts = [f"<b>{total:,.0f}</b> examples/s in total",
-                 f"{steps_per_s:,.1f} steps/s", f"step time {recent.step_time.median() * 1000:.2f} ms"]
-        for name in getattr(self.run.job, "metric_names", ()):  # the user's metrics: mean over the last 5 s
-            if name in recent:
-                parts.append(f"{html.escape(name)} {recent[name].mean():.3f}")
+                 f"{recent['steps_per_s']:,.1f} steps/s", f"step time {recent['step_time'] * 1000:.2f} ms"]
+        for name, value in recent["metrics"].items():  # the user's metrics: mean over the last 5 s
+            parts.append(f"{html.escape(name)} {value:.3f}")
         watch = getattr(self.run, "links", None)  # recorded runs have none
         busiest = watch.busiest() if watch is not None else None
         if busiest:  # a run across test-bed hosts: the link that moves most
@@ -234,6 +266,9 @@ class Dashboard:
         if base:
             parts.append(f"scaling efficiency {total / (len(per_worker) * base):.2f} "
                          f"(vs {len(per_worker)} × {base:,.0f} examples/s of one worker)")
+        if self.aggregate:  # the band hides who is slow: name them
+            slow = ", ".join(f"{html.escape(w)} {per_worker[w]:,.0f}" for w in recent["slowest"][:3])
+            parts.append(f"<span class='wb-slowest'>slowest: {slow} examples/s</span>")
         return "<span class='wb-throughput-text'>" + " · ".join(parts) + "</span>"
 
     def _baseline(self):
@@ -241,8 +276,10 @@ class Dashboard:
         if b is None:
             return None
         if hasattr(b, "history"):
-            h = b.history
-            return float(h.examples_per_s.median()) if len(h) else None
+            if self._base is None or not b.done:  # a finished run's median does not change
+                h = b.history
+                self._base = float(h.examples_per_s.median()) if len(h) else None
+            return self._base
         return float(b)
 
     def _status_text(self):
@@ -256,9 +293,9 @@ class Dashboard:
         else:
             state = "running"
         text = f"{state} · step {run.step}/{run.job.steps}"
-        h = run.history
-        if not run.done and len(h) > 1:
-            rate = (h.step.max()) / max(h.elapsed.max(), 1e-9)
+        stats = self.stats
+        if not run.done and stats.rows > 1:
+            rate = stats.max_step / max(stats.max_elapsed, 1e-9)
             if rate > 0:
                 text += f" · ETA {max(run.job.steps - run.step, 0) / rate:,.0f} s"
         for name, value in (run.evaluation or {}).items():
@@ -271,6 +308,16 @@ class Dashboard:
         cells = []
         # from what the run's watcher collected: no client call from this thread
         states = run.task_states()
+        if len(run.tasks) > 2 * livestats.PER_WORKER_LINES:  # hundreds of tasks: counts, and who is not well
+            counts = {}
+            for state in states.values():
+                counts[state] = counts.get(state, 0) + 1
+            cells = [f"<span style='color:{STATE_COLORS.get(s, '#555')}'>● {n} {s}</span>"
+                     for s, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+            bad = [n for n, s in states.items() if s in ("failed", "lost", "replaced")][:10]
+            if bad:
+                cells.append("<span style='color:#b00'>" + html.escape(", ".join(bad)) + "</span>")
+            return "<div class='wb-engines'>" + " &nbsp; ".join(cells) + "</div>"
         for t in run.tasks:
             state = states.get(t.name, "starting")
             color = STATE_COLORS.get(state, "#555")

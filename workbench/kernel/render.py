@@ -175,13 +175,22 @@ def snapshot_html(run, status):
     parts = [f'<div style="font:12px sans-serif"><b>workbench run {html.escape(run.id)}</b> · '
              f'{html.escape(status)}<div style="display:flex;flex-wrap:wrap;gap:8px">']
     if len(h):
-        series = [(w, g.step.values, g.loss.values) for w, g in h.groupby("worker")]
+        many = h.worker.nunique() > 8  # livestats.PER_WORKER_LINES: past it, a median and its 10-90% spread
+        if many:
+            q = h.groupby("step").loss.quantile([0.1, 0.5, 0.9]).unstack()
+            series = [(f"workers {int(p * 100)}%", q.index.values, q[p].values) for p in (0.1, 0.5, 0.9)]
+        else:
+            series = [(w, g.step.values, g.loss.values) for w, g in h.groupby("worker")]
         glob = h.groupby("step").loss.mean()
         series.append(("global (smoothed)", glob.index.values, ema(glob.values, 0.9)))
         ev = run.evaluations
         parts.append(line_chart(series, "Loss", "step", "loss",
                                 points=[("test accuracy", ev.step.values, ev.test_accuracy.values)] if len(ev) else ()))
-        thr = [(w, g.step.values, g.examples_per_s.values) for w, g in h.groupby("worker")]
+        if many:
+            q = h.groupby("step").examples_per_s.quantile([0.1, 0.5, 0.9]).unstack()
+            thr = [(f"workers {int(p * 100)}%", q.index.values, q[p].values) for p in (0.1, 0.5, 0.9)]
+        else:
+            thr = [(w, g.step.values, g.examples_per_s.values) for w, g in h.groupby("worker")]
         parts.append(line_chart(thr, "Throughput per worker", "step", "examples/s"))
     parts.append("</div>")
     if hasattr(run, "anatomy"):

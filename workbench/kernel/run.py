@@ -91,6 +91,11 @@ class Run:
         return self._error
 
     @property
+    def started(self) -> float:
+        """When the run started (``time.time()``): ``elapsed`` in ``history`` counts from it."""
+        return self._started
+
+    @property
     def step(self) -> int:
         """The highest step any worker has reported."""
         return self._max_step
@@ -161,24 +166,40 @@ class Run:
         since the run started (and, for parameter-server runs, the step's staleness), then
         a column per metric of ``train(metrics=...)``: its value on the worker's batch.
         Grows while the run trains."""
+        with self._lock:
+            stream = self._stream()
+        with stream["build"]:  # one builder at a time: each appends what is new to the frame
+            with self._lock:
+                version = self._version
+                if self._history[0] == version:  # built once per new row, not once per call
+                    return self._with_links(self._history[1].copy())
+                new, overwritten = stream["log"][stream["built"]:], stream["overwritten"]
+                stream["built"] += len(new)
+            df = self._history_frame(stream, new, overwritten, version)
+        return self._with_links(df.copy())
+
+    def _history_frame(self, stream, new, overwritten, version):
         import pandas as pd
 
-        with self._lock:
-            version = self._version
-            if self._history[0] == version:  # built once per new row, not once per call
-                return self._with_links(self._history[1].copy())
-            rows = sorted(self._rows.values(), key=lambda r: (r["step"], r["worker"]))
         cols = ["step", "worker", "loss", "accuracy", "examples_per_s", "step_time", "time", "elapsed"]
-        if not rows:
+        if not new and stream["frame"] is None:
             return pd.DataFrame(columns=cols)
-        df = pd.DataFrame(rows)
+        # only the rows new since the last build become a frame: building every row again
+        # on each call cost O(rows) of Python per call (issue 25)
+        df = pd.DataFrame(new)
+        if stream["frame"] is not None:
+            df = pd.concat([stream["frame"], df], ignore_index=True) if len(df) else stream["frame"]
+        stream["frame"] = df
+        if overwritten:  # a row sent again with other values: the last one counts
+            df = df.drop_duplicates(["worker", "step"], keep="last")
+        df = df.sort_values(["step", "worker"], kind="stable")
         df["elapsed"] = df["time"] - self._started
         if "staleness" in df:  # asynchronous runs: other updates applied during each step
             cols.append("staleness")
         cols += [c for c in df.columns if c not in cols and c != "replicas"]  # the run's metrics
         df = df[cols].reset_index(drop=True)
         self._history = (version, df)
-        return self._with_links(df.copy())
+        return df
 
     def anatomy(self, skip=None):
         """Where each worker's wall time goes, as a DataFrame (one row per worker): mean
@@ -272,11 +293,20 @@ class Run:
         """Every task (role, index, host, pid, devices) and every variable with its device,
         shape, bytes and ``kind``: "model", or "optimizer" for the optimizer's state (Adam's
         m and v, momentum, its step counter), which lives beside the variables it updates."""
+        cached = self._stream().get("placement")
+        if cached is not None and cached[0] == len(self._events):  # events only grow
+            return cached[1].copy()
+        count = len(self._events)
+        df = self._placement_frame(count)
+        self._stream()["placement"] = (count, df)
+        return df.copy()
+
+    def _placement_frame(self, count):
         import pandas as pd
 
         cols = ["role", "task", "engine", "host", "pid", "device", "variable", "shape", "bytes", "kind"]
         rows, tasks = [], {}
-        for ev in self._events:
+        for ev in self._events[:count]:
             if ev["kind"] != "placement":
                 continue
             for t in ev["tasks"]:  # a replaced worker: its latest engine
@@ -336,15 +366,52 @@ class Run:
                 f"{state}, step {self.step}/{self.job.steps}>")
 
     # -- watcher -----------------------------------------------------------------------
-    def _merge(self, data):
+    def _stream(self):
+        """The rows in arrival order, each once, for readers that take only what is new
+        (``history``, the dashboard): ``log``, and what has been read of it. Created on
+        first use (recorded runs are built without ``__init__``)."""
+        stream = self.__dict__.get("_stream_state")
+        if stream is None:
+            stream = self.__dict__["_stream_state"] = {
+                "log": [], "built": 0, "frame": None, "overwritten": False, "published": {}, "workers": set(),
+                "build": threading.Lock()}
+        return stream
+
+    def rows_since(self, cursor):
+        """(rows that arrived after ``cursor``, the new cursor): the live dashboard's feed."""
+        with self._lock:
+            log = self._stream()["log"]
+            return log[cursor:], len(log)
+
+    def _merge(self, data, source=None):
         if not data:
             return
+        data = dict(data)  # one consistent publish: ipyparallel updates this dict in place
         with self._lock:
-            for row in data.get("rows", ()):
+            stream = self._stream()
+            rows = data.get("rows", ())
+            n = data.get("n")
+            if source is not None and n is not None:
+                # each publish carries a window of the newest rows and how many the task has
+                # made: merge only those not merged yet, not the whole window every poll
+                seen = stream["published"].get(source, 0)
+                if n >= seen:
+                    rows = rows[max(0, len(rows) - (n - seen)):] if n > seen else ()
+                stream["published"][source] = n  # fewer: a replacement engine started afresh
+            log, workers = stream["log"], stream["workers"]
+            for row in rows:
                 key = (row["worker"], row["step"])
-                if key not in self._rows:
+                old = self._rows.get(key)
+                if old is None:
                     self._version += 1
-                    self._max_step = max(self._max_step, row["step"])
+                    if row["step"] > self._max_step:
+                        self._max_step = row["step"]
+                    log.append(row)
+                    workers.add(row["worker"])
+                elif old != row:
+                    self._version += 1
+                    stream["overwritten"] = True
+                    log.append(row)
                 self._rows[key] = row
             for ev in data.get("events", ()):
                 key = (ev["kind"], ev.get("step"), ev["time"])
@@ -357,7 +424,7 @@ class Run:
         try:
             while True:
                 for name, ar in self._results.items():
-                    self._merge(ar.data)
+                    self._merge(ar.data, name)
                     if ar.ready() and name not in self._outcome:
                         self._collect(name, ar)
                 if self._error is not None or len(self._outcome) == len(self._results):
@@ -424,7 +491,8 @@ class Run:
         client = self.cluster.client if self.cluster is not None else None
         alive = set(client.ids) if client is not None else set()
         replaced = {e.get("task") for e in self._events if e["kind"] == "worker_replaced"}
-        reporting = set(self.history.worker) if not self.done else set()
+        with self._lock:
+            reporting = set(self._stream()["workers"]) if not self.done else set()
         if reporting:  # a parameter-server chief reports its workers' steps under their names
             reporting |= {t.name for t in self.tasks if t.role == "chief"}
         failed = getattr(self._error, "task", None), getattr(self._error, "role", None)
@@ -484,6 +552,7 @@ class Run:
             self.tasks = [new if t is old else t for t in self.tasks]
             self._results[name] = ar
             self._outcome.pop(name, None)
+            self._stream()["published"].pop(name, None)  # the replacement counts its rows from 0
 
     def _abort(self):
         """After a failure: stop every task. Synchronous peers blocked in a collective never

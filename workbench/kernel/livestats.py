@@ -1,0 +1,137 @@
+"""What the live dashboard draws, kept up to date from the rows that arrived since its last
+update: the cost of an update grows with the rows that are new and the steps on screen,
+never with the rows the run has made so far, nor with workers x rows.
+
+Up to ``PER_WORKER_LINES`` workers the dashboard draws one line per worker; past that, a
+chart of 256 lines is unreadable and costs 256 marks per update, so it draws the median
+across workers of each step with a spread band (10th-90th percentile) and names the
+slowest workers instead.
+"""
+
+from collections import deque
+
+import numpy as np
+
+PER_WORKER_LINES = 8  # one colour each (render.COLORS); more workers: aggregate + band
+RECENT_S = 5.0  # the throughput text's window
+PER_WORKER_RECENT = 9  # rows per worker its recent examples/s is the median of
+RECENT_SAMPLE = 4096  # newest rows (any worker) the step time and user metrics are taken over
+
+
+class LiveStats:
+    def __init__(self, per_worker=True):
+        self.per_worker = per_worker
+        self.cursor = 0  # rows of the run's arrival log consumed so far
+        self.rows = 0
+        self.series = {}  # worker -> lists (step, elapsed, loss, examples/s), per-worker mode only
+        self._steps = {}  # step -> [losses], [examples/s], max elapsed
+        self._dirty = set()  # steps whose summary must be recomputed
+        self._summary = {}  # step -> (loss median, p10, p90, mean, examples/s median, p10, p90, elapsed)
+        self._eps = {}  # worker -> deque of (time, examples/s) of its newest rows
+        self._progress = deque()  # (time, step) each time the highest step grew
+        self._sample = deque(maxlen=RECENT_SAMPLE)  # (time, row) of the newest rows, any worker
+        self.newest = 0.0  # the newest row's time
+        self.max_step = 0
+        self.max_elapsed = 0.0
+
+    def add(self, rows, started):
+        """Take ``rows`` (step rows in the run's format) into the aggregates."""
+        for r in rows:
+            step, t = r["step"], r["time"]
+            elapsed = t - started
+            loss = r.get("loss")
+            loss = float("nan") if loss is None else loss
+            eps = r.get("examples_per_s", float("nan"))
+            s = self._steps.get(step)
+            if s is None:
+                s = self._steps[step] = [[], [], elapsed]
+            s[0].append(loss)
+            s[1].append(eps)
+            if elapsed > s[2]:
+                s[2] = elapsed
+            self._dirty.add(step)
+            if self.per_worker:
+                w = self.series.get(r["worker"])
+                if w is None:
+                    w = self.series[r["worker"]] = ([], [], [], [])
+                w[0].append(step), w[1].append(elapsed), w[2].append(loss), w[3].append(eps)
+            q = self._eps.get(r["worker"])
+            if q is None:
+                q = self._eps[r["worker"]] = deque(maxlen=PER_WORKER_RECENT)
+            q.append((t, eps))
+            self._sample.append((t, r))
+            if t > self.newest:
+                self.newest = t
+            if step > self.max_step:
+                self.max_step = step
+                self._progress.append((t, step))
+            if elapsed > self.max_elapsed:
+                self.max_elapsed = elapsed
+        self.rows += len(rows)
+
+    def by_step(self):
+        """Arrays over the steps seen, in step order: step, elapsed (max over workers), loss
+        mean, median, 10th and 90th percentile, examples/s median, 10th, 90th percentile."""
+        for step in self._dirty:
+            losses, eps, elapsed = self._steps[step]
+            lo = np.asarray(losses, float)
+            ex = np.asarray(eps, float)
+            lq = np.nanpercentile(lo, (50, 10, 90)) if np.isfinite(lo).any() else (np.nan,) * 3
+            eq = np.nanpercentile(ex, (50, 10, 90)) if np.isfinite(ex).any() else (np.nan,) * 3
+            mean = float(np.nanmean(lo)) if np.isfinite(lo).any() else np.nan
+            self._summary[step] = (elapsed, mean, *lq, *eq)
+        self._dirty.clear()
+        steps = np.fromiter(sorted(self._summary), float, len(self._summary))
+        table = np.array([self._summary[int(s)] for s in steps], float).reshape(len(steps), 8)
+        names = ("elapsed", "loss_mean", "loss_median", "loss_p10", "loss_p90", "eps_median", "eps_p10", "eps_p90")
+        out = {"step": steps}
+        out.update({n: table[:, i] for i, n in enumerate(names)})
+        return out
+
+    def worker_arrays(self, worker):
+        """(step, elapsed, loss, examples/s) of one worker, per-worker mode."""
+        return tuple(np.asarray(a, float) for a in self.series.get(worker, ([], [], [], [])))
+
+    def recent(self, metric_names=()):
+        """The last RECENT_S seconds: per-worker median examples/s (over its last
+        ``PER_WORKER_RECENT`` rows), steps/s, median step time, the mean of each user
+        metric, and the workers from slowest to fastest. O(workers + a bounded sample)."""
+        if not self._progress:
+            return None
+        horizon = self.newest - RECENT_S
+        medians = {}
+        for w, values in self._eps.items():
+            while values and values[0][0] < horizon:
+                values.popleft()
+            if values:
+                ordered = sorted(v for _, v in values)
+                medians[w] = ordered[len(ordered) // 2]
+        for q in (self._progress, self._sample):
+            while len(q) > 1 and q[0][0] < horizon:
+                q.popleft()
+        (t0, s0), (t1, s1) = self._progress[0], self._progress[-1]
+        step_times = [r.get("step_time", np.nan) for _, r in self._sample]
+        metrics = {}
+        for n in metric_names:
+            values = [r[n] for _, r in self._sample if n in r]
+            if values:
+                metrics[n] = float(np.mean(values))
+        return {
+            "examples_per_s": medians,
+            "total": float(sum(medians.values())),
+            "steps_per_s": (s1 - s0) / (t1 - t0) if t1 > t0 else float("nan"),
+            "step_time": float(np.nanmedian(step_times)) if step_times else float("nan"),
+            "metrics": metrics,
+            "slowest": sorted(medians, key=medians.get),
+        }
+
+
+def ema(values, smoothing):
+    """render.ema, vectorized: the same numbers in C (scipy's lfilter) instead of a Python loop."""
+    values = np.asarray(values, float)
+    if not len(values) or smoothing <= 0:
+        return values.copy()
+    from scipy.signal import lfilter
+
+    out, _ = lfilter([1 - smoothing], [1, -smoothing], values[1:], zi=[smoothing * values[0]])
+    return np.concatenate([values[:1], out])
