@@ -1,4 +1,5 @@
 import ast
+import json
 import subprocess
 import sys
 from collections import namedtuple
@@ -7,10 +8,33 @@ from pathlib import Path
 import pytest
 
 
+def fresh(code):
+    """What ``code`` prints, run in a fresh interpreter (nothing imported yet)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 def test_import_does_not_import_tensorflow():
-    code = "import sys, workbench; print('tensorflow' in sys.modules, 'keras' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "False"]
+    out = fresh("import sys, workbench; print('tensorflow' in sys.modules, 'keras' in sys.modules)")
+    assert out.split() == ["False", "False"]
+
+
+def test_the_jupyter_server_extension_does_not_import_the_kernel_side():
+    """The Jupyter server loads ``workbench.lab`` (and its handlers): the package's public
+    names are imported on first use, so the kernel side stays out of the server."""
+    out = fresh("import json, sys, workbench.lab, workbench.lab.handlers\n"
+                "print(json.dumps(sorted(m for m in sys.modules if m.startswith('workbench.'))))")
+    loaded = json.loads(out)
+    assert "workbench.lab.handlers" in loaded
+    assert [m for m in loaded if m.startswith("workbench.kernel")] == [], loaded
+
+
+def test_public_names_are_imported_on_first_use():
+    out = fresh("import sys, workbench as wb\n"
+                "before = 'workbench.kernel.cluster' in sys.modules\n"
+                "print(before, wb.Cluster.__module__, 'Cluster' in dir(wb), wb.datasets.__name__)")
+    assert out.split() == ["False", "workbench.kernel.cluster", "True", "workbench.datasets"]
 
 
 def test_public_names_are_exported():
@@ -160,6 +184,5 @@ def test_kernel_modules_import_one_another_without_a_circle():
 
 @pytest.mark.parametrize("module", KERNEL_MODULES)
 def test_each_kernel_module_imports_first_in_a_fresh_interpreter(module):
-    done = subprocess.run([sys.executable, "-c", f"import workbench.kernel.{module}"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    fresh(f"import workbench.kernel.{module}")
+
