@@ -186,3 +186,49 @@ def test_kernel_modules_import_one_another_without_a_circle():
 def test_each_kernel_module_imports_first_in_a_fresh_interpreter(module):
     fresh(f"import workbench.kernel.{module}")
 
+
+# -- every public function says what it takes and returns ------------------------------------
+
+def public_functions():
+    """``(path, line, qualified name, node)`` of every public function and method in
+    workbench/: module-level functions and the methods of module-level classes (nested too)
+    whose names do not start with ``_``, and the constructors of public classes."""
+    for path in sorted(ROOT.rglob("*.py")):
+        where = path.relative_to(ROOT.parent)
+
+        def walk(body, owner):
+            for node in body:
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    yield from walk(node.body, f"{owner}{node.name}.")
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                        not node.name.startswith("_") or (owner and node.name == "__init__")):
+                    yield where, node.lineno, f"{owner}{node.name}", node
+
+        yield from walk(ast.parse(path.read_text()).body, "")
+
+
+def unannotated(node, method):
+    """The parameters of ``node`` (a function's ast) without an annotation, and "return" if
+    its return has none; a method's ``self`` / ``cls`` needs none."""
+    a = node.args
+    params = a.posonlyargs + a.args
+    static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list)
+    if method and not static:
+        params = params[1:]
+    params = [*params, *a.kwonlyargs, *(p for p in (a.vararg, a.kwarg) if p)]
+    return [p.arg for p in params if p.annotation is None] + (["return"] if node.returns is None else [])
+
+
+def test_the_annotation_scan_finds_what_is_missing():
+    tree = ast.parse("class C:\n    def m(self, a, b: int, *rest, **kw) -> None: ...\n"
+                     "    @staticmethod\n    def s(x): ...\ndef f(y: int): ...")
+    m, s = tree.body[0].body
+    assert unannotated(m, method=True) == ["a", "rest", "kw"]
+    assert unannotated(s, method=True) == ["x", "return"]
+    assert unannotated(tree.body[1], method=False) == ["return"]
+
+
+def test_every_public_function_annotates_its_parameters_and_return():
+    missing = [f"{where}:{line} {name}: {', '.join(names)}" for where, line, name, node in public_functions()
+               if (names := unannotated(node, method="." in name))]
+    assert not missing, f"{len(missing)} public functions lack annotations:\n" + "\n".join(missing)
