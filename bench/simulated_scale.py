@@ -35,7 +35,7 @@ from strategies import OUT, _machine  # noqa: E402
 def fill_home(home, runs=1000, rows=200, seed=0):
     """``runs`` finished runs under ``home/runs`` as a run leaves them (run.json, result.json,
     two workers' metrics), the newest one still running in this process."""
-    from workbench.records import write_json
+    from workbench.store.files import write_json
 
     rng = random.Random(seed)
     t0 = time.time() - runs * 60
@@ -58,7 +58,7 @@ def fill_home(home, runs=1000, rows=200, seed=0):
 def state_api(runs, repeats=5):
     """Seconds per ``Records.state()`` (what ``GET /workbench/api/state`` answers, JSON included):
     the first call of a fresh server, then the next polls."""
-    from workbench.records import Records
+    from workbench.store import Records
 
     home = tempfile.mkdtemp(prefix="wb-sim-home-")
     try:

@@ -142,7 +142,7 @@ class LiveRun:
     def __init__(self):
         self.noted = []
 
-    def _note(self, kind, **info):
+    def note(self, kind, **info):
         self.noted.append(dict(info, kind=kind))
 
 

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from workbench.errors import TestbedError
-from workbench.kernel.commands import ip, tail
+from workbench.kernel.commands import tail
 
 PACKAGES = {"/usr/sbin/slurmctld": "slurm-wlm", "/usr/sbin/slurmd": "slurm-wlm", "/usr/bin/sbatch": "slurm-wlm",
             "/usr/sbin/munged": "munge"}
@@ -44,21 +44,14 @@ def require_packages() -> None:
                            f"apt-get install -y --no-install-recommends {' '.join(missing)}")
 
 
-def start(bed: Any, timeout: float) -> str:
-    """Start munged, slurmctld and a slurmd per host; wait until every node is idle.
-    Returns the path of the bed's ``slurm.conf``."""
+def start(bed: Any, timeout: float, procs: dict[str, subprocess.Popen]) -> str:
+    """Start munged, slurmctld and a slurmd per host into ``procs`` (the bed's daemons by
+    name, which it ends on close); wait until every node is idle. Returns the path of the
+    bed's ``slurm.conf``."""
     require_packages()
     net = bed.controller_ip.rsplit(".", 1)[0]
     ctl_ip = f"{net}.2"
-    ns, veth = f"wb-{bed.tag}-{CTL}", f"wb{bed.tag}ctl"
-    ip("netns", "add", ns)
-    bed._state["netns"][CTL] = ns
-    bed._save()
-    ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-    ip("link", "set", veth, "master", bed._state["bridge"], "up")
-    ip("-n", ns, "addr", "add", f"{ctl_ip}/24", "dev", "eth0")
-    ip("-n", ns, "link", "set", "lo", "up")
-    ip("-n", ns, "link", "set", "eth0", "up")
+    ns = bed.add_namespace(CTL, ctl_ip)
 
     base = os.path.join(bed.dir, "slurm")
     munge = os.path.join(bed.dir, "munge")
@@ -88,17 +81,16 @@ def start(bed: Any, timeout: float) -> str:
             "ReturnToService=2", "KillWait=2", "InactiveLimit=0", "MinJobAge=2", "SlurmdTimeout=30",
             *nodes, "PartitionName=bed Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4",
         ]) + "\n")
-    procs = bed._slurm_procs
     netns = f"/run/netns/{ns}"
     procs["munged"] = _daemon(bed, "munged", ["nsenter", f"--net={netns}", "runuser", "-u", "munge", "--",
                                               "/usr/sbin/munged", "-F", f"--socket={socket_path}", f"--key-file={key}",
                                               f"--pid-file={munge}/munged.pid", f"--log-file={munge}/munged.log",
                                               f"--seed-file={munge}/munged.seed"])
-    _wait(lambda: os.path.exists(socket_path), timeout, "munged's socket", bed, "munged")
+    _wait(lambda: os.path.exists(socket_path), timeout, "munged's socket", bed, procs, "munged")
     procs["slurmctld"] = _daemon(bed, "slurmctld", [
         "nsenter", f"--net={netns}", "unshare", "--uts", "sh", "-c", f"hostname {CTL} && exec /usr/sbin/slurmctld -D -i -f {conf}"])
     for host in bed.hosts:
-        hns = f"/run/netns/{bed._state['netns'][host]}"
+        hns = f"/run/netns/{bed.netns(host)}"
         procs[f"slurmd-{host}"] = _daemon(bed, f"slurmd-{host}", [
             "nsenter", f"--net={hns}", "unshare", "--uts", "sh", "-c",
             f"hostname {host} && exec /usr/sbin/slurmd -D -N {host} -f {conf}"])
@@ -109,7 +101,7 @@ def start(bed: Any, timeout: float) -> str:
         states = dict(line.split() for line in out.stdout.splitlines() if line.strip())
         return sorted(states) == sorted(bed.hosts) and all(s == "idle" for s in states.values())
 
-    _wait(idle, timeout, "every Slurm node idle", bed, *procs)
+    _wait(idle, timeout, "every Slurm node idle", bed, procs, *procs)
     return conf
 
 
@@ -122,10 +114,10 @@ def _daemon(bed, name, cmd):
         log.close()
 
 
-def _wait(cond, timeout, what, bed, *names):
+def _wait(cond, timeout, what, bed, procs, *names):
     end = time.monotonic() + timeout
     while not cond():
-        dead = [n for n in names if bed._slurm_procs[n].poll() is not None]
+        dead = [n for n in names if procs[n].poll() is not None]
         if dead or time.monotonic() > end:
             logs = "\n".join(f"--- {n} ---\n{_logs(bed, n)}" for n in (dead or names))
             raise TestbedError(f"The test bed's Slurm did not come up ({what}"

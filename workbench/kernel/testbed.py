@@ -231,15 +231,22 @@ class Testbed:
         _ip("addr", "add", f"{self.controller_ip}/24", "dev", bridge)
         _ip("link", "set", bridge, "up")
         for name, address in self.hosts.items():
-            ns, veth = f"wb-{self.tag}-{name}", f"wb{self.tag}{name}"
-            _ip("netns", "add", ns)
-            self._state["netns"][name] = ns
-            self._save()
-            _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            _ip("link", "set", veth, "master", bridge, "up")
-            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
-            _ip("-n", ns, "link", "set", "lo", "up")
-            _ip("-n", ns, "link", "set", "eth0", "up")
+            self.add_namespace(name, address)
+
+    def add_namespace(self, name: str, address: str) -> str:
+        """A network namespace ``wb-<tag>-<name>`` joined to the bed's bridge at ``address``
+        (a host, or the bed's Slurm controller): recorded before it exists, so that
+        ``close()`` and the reaper remove it whatever happens next. Returns its name."""
+        ns, veth = f"wb-{self.tag}-{name}", f"wb{self.tag}{name}"
+        _ip("netns", "add", ns)
+        self._state["netns"][name] = ns
+        self._save()
+        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _ip("link", "set", veth, "master", self._state["bridge"], "up")
+        _ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
+        _ip("-n", ns, "link", "set", "lo", "up")
+        _ip("-n", ns, "link", "set", "eth0", "up")
+        return ns
 
     def _make_keys(self):
         for key in ("host_key", "id_ed25519"):
@@ -329,7 +336,7 @@ class Testbed:
     def _start_slurm(self, timeout):
         from workbench.kernel import slurm_bed
 
-        self.slurm_conf = slurm_bed.start(self, timeout)
+        self.slurm_conf = slurm_bed.start(self, timeout, self._slurm_procs)
 
 
 def teardown(state: dict[str, Any]) -> None:

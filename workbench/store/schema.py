@@ -33,6 +33,7 @@ class RunRecord(TypedDict):
     devices: int
     steps: int
     global_batch_size: int
+    steps_per_execution: NotRequired[int]  # steps per tf.function call (absent in runs recorded before it)
     started: float
     notebook: str | None
     kernel_pid: int
