@@ -1,4 +1,5 @@
 import ast
+import json
 import subprocess
 import sys
 from collections import namedtuple
@@ -7,10 +8,33 @@ from pathlib import Path
 import pytest
 
 
+def fresh(code):
+    """What ``code`` prints, run in a fresh interpreter (nothing imported yet)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 def test_import_does_not_import_tensorflow():
-    code = "import sys, workbench; print('tensorflow' in sys.modules, 'keras' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "False"]
+    out = fresh("import sys, workbench; print('tensorflow' in sys.modules, 'keras' in sys.modules)")
+    assert out.split() == ["False", "False"]
+
+
+def test_the_jupyter_server_extension_does_not_import_the_kernel_side():
+    """The Jupyter server loads ``workbench.lab`` (and its handlers): the package's public
+    names are imported on first use, so the kernel side stays out of the server."""
+    out = fresh("import json, sys, workbench.lab, workbench.lab.handlers\n"
+                "print(json.dumps(sorted(m for m in sys.modules if m.startswith('workbench.'))))")
+    loaded = json.loads(out)
+    assert "workbench.lab.handlers" in loaded
+    assert [m for m in loaded if m.startswith("workbench.kernel")] == [], loaded
+
+
+def test_public_names_are_imported_on_first_use():
+    out = fresh("import sys, workbench as wb\n"
+                "before = 'workbench.kernel.cluster' in sys.modules\n"
+                "print(before, wb.Cluster.__module__, 'Cluster' in dir(wb), wb.datasets.__name__)")
+    assert out.split() == ["False", "workbench.kernel.cluster", "True", "workbench.datasets"]
 
 
 def test_public_names_are_exported():
@@ -160,6 +184,51 @@ def test_kernel_modules_import_one_another_without_a_circle():
 
 @pytest.mark.parametrize("module", KERNEL_MODULES)
 def test_each_kernel_module_imports_first_in_a_fresh_interpreter(module):
-    done = subprocess.run([sys.executable, "-c", f"import workbench.kernel.{module}"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    fresh(f"import workbench.kernel.{module}")
+
+
+# -- every public function says what it takes and returns ------------------------------------
+
+def public_functions():
+    """``(path, line, qualified name, node)`` of every public function and method in
+    workbench/: module-level functions and the methods of module-level classes (nested too)
+    whose names do not start with ``_``, and the constructors of public classes."""
+    for path in sorted(ROOT.rglob("*.py")):
+        where = path.relative_to(ROOT.parent)
+
+        def walk(body, owner):
+            for node in body:
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    yield from walk(node.body, f"{owner}{node.name}.")
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                        not node.name.startswith("_") or (owner and node.name == "__init__")):
+                    yield where, node.lineno, f"{owner}{node.name}", node
+
+        yield from walk(ast.parse(path.read_text()).body, "")
+
+
+def unannotated(node, method):
+    """The parameters of ``node`` (a function's ast) without an annotation, and "return" if
+    its return has none; a method's ``self`` / ``cls`` needs none."""
+    a = node.args
+    params = a.posonlyargs + a.args
+    static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list)
+    if method and not static:
+        params = params[1:]
+    params = [*params, *a.kwonlyargs, *(p for p in (a.vararg, a.kwarg) if p)]
+    return [p.arg for p in params if p.annotation is None] + (["return"] if node.returns is None else [])
+
+
+def test_the_annotation_scan_finds_what_is_missing():
+    tree = ast.parse("class C:\n    def m(self, a, b: int, *rest, **kw) -> None: ...\n"
+                     "    @staticmethod\n    def s(x): ...\ndef f(y: int): ...")
+    m, s = tree.body[0].body
+    assert unannotated(m, method=True) == ["a", "rest", "kw"]
+    assert unannotated(s, method=True) == ["x", "return"]
+    assert unannotated(tree.body[1], method=False) == ["return"]
+
+
+def test_every_public_function_annotates_its_parameters_and_return():
+    missing = [f"{where}:{line} {name}: {', '.join(names)}" for where, line, name, node in public_functions()
+               if (names := unannotated(node, method="." in name))]
+    assert not missing, f"{len(missing)} public functions lack annotations:\n" + "\n".join(missing)

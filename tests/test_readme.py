@@ -74,3 +74,17 @@ def test_every_walkthrough_is_listed_in_the_notebooks_readme_in_order():
     assert [n for n in names if f"[`{n}`]({n}.ipynb)" in text] == names
     assert [text.index(f"[`{n}`]") for n in names] == sorted(text.index(f"[`{n}`]") for n in names)
     assert len(names) >= 10  # 00-09: the glob found the walkthroughs
+
+
+def test_the_guides_layout_lists_every_module():
+    section = (ROOT / "docs" / "guide.md").read_text().split("## Layout, module by module", 1)[1]
+    listed = " ".join(re.findall(r"`([^`]+)`", section))
+    package = ROOT / "workbench"
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        name = path.relative_to(package).as_posix()
+        folder = path.parent.relative_to(package).as_posix() + "/"
+        if name not in listed and not (path.parent.name == "strategies" and folder in listed) \
+                and name.removesuffix("/__init__.py") + "/" not in listed:
+            missing.append(name)
+    assert not missing, f"docs/guide.md's layout does not list: {', '.join(missing)}"

@@ -6,9 +6,11 @@ from a seed, ``mnist`` reads a local ``mnist.npz`` in the Keras format. A
 """
 
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from workbench.errors import invalid
 
@@ -24,14 +26,14 @@ class Data:
     y_test: np.ndarray
 
     @property
-    def input_shape(self):
+    def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
 
     @property
-    def classes(self):
+    def classes(self) -> int:
         return int(max([int(y.max()) for y in (self.y_train, self.y_test) if len(y)] or [0])) + 1
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"<Data {self.name!r}: {len(self.x_train)} train / {len(self.x_test)} test, "
                 f"input shape {self.input_shape}, {self.classes} classes>")
 
@@ -43,7 +45,7 @@ def _split(name, x, y, test_fraction, seed):
     return Data(name, x[train], y[train], x[test], y[test])
 
 
-def digits(test_fraction=0.2, seed=0):
+def digits(test_fraction: float = 0.2, seed: int = 0) -> Data:
     """scikit-learn's handwritten digits: 1,797 8x8 images, 10 classes, scaled to [0, 1]."""
     from sklearn.datasets import load_digits
 
@@ -52,7 +54,8 @@ def digits(test_fraction=0.2, seed=0):
     return _split("digits", x, d.target.astype("int32"), test_fraction, seed)
 
 
-def synthetic(examples=8192, features=784, classes=10, noise=0.5, test_fraction=0.2, seed=0):
+def synthetic(examples: int = 8192, features: int = 784, classes: int = 10, noise: float = 0.5,
+              test_fraction: float = 0.2, seed: int = 0) -> Data:
     """A learnable classification problem: labels from a random linear teacher plus noise."""
     for name, value, low in (("examples", examples, 2), ("features", features, 1), ("classes", classes, 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -64,7 +67,7 @@ def synthetic(examples=8192, features=784, classes=10, noise=0.5, test_fraction=
     return _split("synthetic", x, logits.argmax(1).astype("int32"), test_fraction, seed)
 
 
-def mnist(path):
+def mnist(path: str | PathLike) -> Data:
     """MNIST from a local ``mnist.npz`` in Keras' format (keys x_train, y_train, x_test, y_test).
 
     This machine has no internet: the file must already be there; nothing is downloaded.
@@ -82,7 +85,8 @@ def mnist(path):
                     prep(f["x_test"]), f["y_test"].astype("int32"))
 
 
-def from_numpy(x, y, x_test=None, y_test=None, name="numpy", test_fraction=0.2, seed=0):
+def from_numpy(x: ArrayLike, y: ArrayLike, x_test: ArrayLike | None = None, y_test: ArrayLike | None = None,
+               name: str = "numpy", test_fraction: float = 0.2, seed: int = 0) -> Data:
     """Wrap arrays; without a test set, ``test_fraction`` of them is held out."""
     x = np.asarray(x)
     y = np.asarray(y)

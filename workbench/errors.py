@@ -3,6 +3,8 @@
 Messages follow Keras' shape: the argument, what was received, what was expected.
 """
 
+from typing import Any
+
 
 class WorkbenchError(Exception):
     """Base class of every error the workbench raises on purpose."""
@@ -32,7 +34,8 @@ class EngineError(WorkbenchError):
     engine's own traceback text.
     """
 
-    def __init__(self, message, *, role=None, task=None, engine_id=None, remote_traceback=""):
+    def __init__(self, message: str, *, role: str | None = None, task: int | None = None,
+                 engine_id: int | None = None, remote_traceback: str = "") -> None:
         super().__init__(message)
         self.role = role
         self.task = task
@@ -48,7 +51,7 @@ class RunStopped(WorkbenchError):
     """The run was stopped by the user before it finished."""
 
 
-def invalid(name, received, expected, hint=""):
+def invalid(name: str, received: Any, expected: str, hint: str = "") -> ConfigError:
     """Return a ConfigError in the house shape.
 
     >>> str(invalid("workers", 0, "an int >= 1"))

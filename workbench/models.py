@@ -4,9 +4,17 @@
 ``tf.Module``; these are ready-made ones that keep TensorFlow out of the kernel.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from workbench.errors import invalid
+
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
 
 
 @dataclass(frozen=True)
@@ -18,7 +26,7 @@ class MLP:
     activation: str = "relu"
     dtype: str = "float32"
 
-    def __call__(self):
+    def __call__(self) -> keras.Model:
         import keras
 
         layers = [keras.layers.Dense(h, activation=self.activation, dtype=self.dtype, name=f"dense_{i}")
@@ -27,7 +35,8 @@ class MLP:
         return keras.Sequential(layers, name="mlp")
 
 
-def mlp(hidden=(64, 32), classes=10, activation="relu", dtype="float32"):
+def mlp(hidden: int | Sequence[int] = (64, 32), classes: int = 10, activation: str = "relu",
+        dtype: str = "float32") -> MLP:
     """An MLP builder, e.g. ``wb.models.mlp((512,))`` for the wide 784-512-10 model."""
     hidden = tuple(hidden) if not isinstance(hidden, int) else (hidden,)
     if not all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hidden):
@@ -51,12 +60,12 @@ class SplitMLP:
     devices: int = 2
     activation: str = "relu"
 
-    def stages(self):
+    def stages(self) -> tuple[int, ...]:
         """The stage (device index) of each layer, hidden layers then the output."""
         n = len(self.hidden) + 1
         return tuple(i * self.devices // n for i in range(n))
 
-    def __call__(self):
+    def __call__(self) -> keras.Model:
         import keras
         import tensorflow as tf
 
@@ -93,7 +102,7 @@ class SplitMLP:
         return Split()
 
 
-def split_mlp(hidden=(64, 32), classes=10, devices=2):
+def split_mlp(hidden: int | Sequence[int] = (64, 32), classes: int = 10, devices: int = 2) -> SplitMLP:
     """An MLP whose consecutive layers live on ``devices`` different devices (model
     parallelism). Train it with ``strategy="single", devices=N``."""
     base = mlp(hidden, classes)
@@ -112,7 +121,7 @@ class ModuleMLP:
     classes: int = 10
     seed: int = 0
 
-    def __call__(self):
+    def __call__(self) -> tf.Module:
         import tensorflow as tf
 
         sizes = (self.input_dim,) + tuple(self.hidden) + (self.classes,)
@@ -139,7 +148,7 @@ class ModuleMLP:
         return Net()
 
 
-def module_mlp(input_dim, hidden=(64, 32), classes=10, seed=0):
+def module_mlp(input_dim: int, hidden: int | Sequence[int] = (64, 32), classes: int = 10, seed: int = 0) -> ModuleMLP:
     """A ``tf.Module`` MLP, for sharded variables: ``wb.models.module_mlp(64)`` for digits."""
     if isinstance(input_dim, bool) or not isinstance(input_dim, int) or input_dim < 1:
         raise invalid("input_dim", input_dim, "an int >= 1 (the number of input features)")

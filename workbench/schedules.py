@@ -1,10 +1,16 @@
 """Learning-rate schedules, as plain data the kernel checks and engines turn into Keras
 schedules (no TensorFlow here)."""
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from workbench.common import validate
 from workbench.errors import invalid
+
+if TYPE_CHECKING:
+    import keras
 
 
 @dataclass(frozen=True)
@@ -16,13 +22,13 @@ class Warmup:
     start: float
     warmup_steps: int
 
-    def __call__(self, step):
+    def __call__(self, step: int) -> float:
         """The learning rate of training step ``step`` (0-based), as the engines compute it."""
         if step >= self.warmup_steps:
             return self.peak
         return self.start + (self.peak - self.start) * step / self.warmup_steps
 
-    def keras(self):
+    def keras(self) -> keras.optimizers.schedules.LearningRateSchedule:
         """The Keras schedule, built on the engine."""
         import keras
 
@@ -43,7 +49,7 @@ class Warmup:
         return _Warmup()
 
 
-def linear_scaling(learning_rate, base_batch_size, global_batch_size, warmup_steps=0):
+def linear_scaling(learning_rate: float, base_batch_size: int, global_batch_size: int, warmup_steps: int = 0) -> Warmup:
     """The linear scaling rule (Goyal et al. 2017): a global batch k times ``base_batch_size``
     trains with k times ``learning_rate``, reached by a linear warm-up from ``learning_rate``
     over ``warmup_steps`` steps. Pass the result as ``Cluster.train(learning_rate=...)``."""
@@ -54,7 +60,7 @@ def linear_scaling(learning_rate, base_batch_size, global_batch_size, warmup_ste
     return Warmup(peak=learning_rate * batch / base, start=learning_rate, warmup_steps=warmup_steps)
 
 
-def check(name, value):
+def check(name: str, value: float | Warmup) -> float | Warmup:
     """A learning rate is a finite number > 0 or a schedule from this module."""
     if isinstance(value, Warmup):
         return value

@@ -8,11 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
+from os import PathLike
 
 _boards = {}  # log directory -> (TensorBoard process, port)
 
 
-def serve(logdir):
+def serve(logdir: str | PathLike) -> tuple[subprocess.Popen, int]:
     """``(process, port)`` of the TensorBoard serving ``logdir``: the running one, or a new
     one (it may take a few seconds to accept connections)."""
     process, port = _boards.get(str(logdir), (None, None))
@@ -44,7 +45,7 @@ def _die_with_parent():
 
 
 @atexit.register
-def stop_all():
+def stop_all() -> None:
     """End every TensorBoard this process started."""
     for process, _ in _boards.values():
         if process.poll() is None:

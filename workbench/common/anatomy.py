@@ -37,16 +37,21 @@ A worker is a **straggler** when its busy time per step (wall minus waiting) is 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
 PARTS = ("input", "compute", "communication", "waiting", "other")
 COLUMNS = ("input_time", "compute_time", "comm_time", "comm_bytes")
 STRAGGLER = 0.20
 
 
-def has_anatomy(history) -> bool:
+def has_anatomy(history: pd.DataFrame) -> bool:
     return all(c in history for c in COLUMNS[:3]) and history["compute_time"].notna().any()
 
 
-def per_step(history):
+def per_step(history: pd.DataFrame) -> pd.DataFrame:
     """Seconds per (worker, step) in each part, from the rows' columns; the history's rows
     with anatomy only."""
     import numpy as np
@@ -70,7 +75,7 @@ def per_step(history):
     return h
 
 
-def table(history, skip: int = 0):
+def table(history: pd.DataFrame | None, skip: int = 0) -> pd.DataFrame:
     """One row per worker: its mean step time (s), the share of it in each part, bytes
     handed to the all-reduce per step, busy seconds per step and whether it is the run's
     straggler. ``skip``: steps left out at the start (the first call traces its function)."""
@@ -97,7 +102,7 @@ def table(history, skip: int = 0):
     return out.reset_index()[cols]
 
 
-def straggler(busy) -> str | None:
+def straggler(busy: pd.Series) -> str | None:
     """The worker whose busy time per step is more than STRAGGLER above the mean of the
     others', or None (``busy``: a Series indexed by worker)."""
     if len(busy) < 2:

@@ -2,6 +2,7 @@
 every engine of the run. Plain data: no TensorFlow."""
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -36,12 +37,12 @@ class Job:
     anatomy: bool = True  # time the pieces of every step (common/anatomy.py)
 
     @property
-    def metric_names(self):
+    def metric_names(self) -> list[str]:
         """The columns the run's metrics take in its step rows."""
         return [m if isinstance(m, str) else m.config["name"] for m in self.metrics]
 
     @property
-    def classifies(self):
+    def classifies(self) -> bool:
         """Sparse labels: every step also counts its correct predictions (accuracy)."""
         return self.loss_name == "sparse_categorical_crossentropy"
 
@@ -56,8 +57,8 @@ class FromConfig:
     cls: type
     config: dict
 
-    def build(self):
+    def build(self) -> Any:
         return self.cls.from_config(dict(self.config))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{self.cls.__name__}(...)"

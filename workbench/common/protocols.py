@@ -12,7 +12,8 @@ Who writes what:
   and returns a ``TaskResult`` (a trainer) or a ``ServerResult`` (a PS-run server);
 - ``metrics.Publisher`` (engine -> kernel while a run trains, and ``metrics/<task>.jsonl``):
   ``Published`` windows of ``StepRow``s and ``Event``s;
-- the kernel adds the events it observes itself (``worker_lost`` and the like).
+- the kernel adds the events it observes itself (``worker_lost`` and the like, and the
+  faults injected on a test bed: ``injected``).
 """
 
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ class VariableRow(TypedDict):
 
 
 EventKind = Literal["placement", "checkpoint", "eval", "profile", "worker_lost", "worker_replaced",
-                    "worker_not_replaced"]
+                    "worker_not_replaced", "injected"]
 
 
 class _Event(TypedDict):
@@ -135,7 +136,20 @@ class TaskEvent(_Event):
     error: NotRequired[str]
 
 
-Event = Union[PlacementEvent, CheckpointEvent, EvalEvent, ProfileEvent, TaskEvent]
+class FaultEvent(_Event):
+    """A fault injected on a test bed's host while the run trained (``kernel/links.py``; not
+    published by engines): ``fault`` names the ``Testbed`` method ("set_link", "link_down",
+    "link_up", "kill_engines"), its details follow."""
+
+    kind: Literal["injected"]
+    fault: str
+    host: str
+    step: int
+    rate: NotRequired[str]  # set_link: the new rate ("50mbit", "unshaped")
+    pids: NotRequired[list[int]]  # kill_engines: the engines killed
+
+
+Event = Union[PlacementEvent, CheckpointEvent, EvalEvent, ProfileEvent, TaskEvent, FaultEvent]
 
 
 class Evaluation(TypedDict):
@@ -146,13 +160,19 @@ class Evaluation(TypedDict):
     test_accuracy: NotRequired[float]
 
 
-class Published(TypedDict):
+class Metrics(TypedDict):
+    """Rows and events together: what ``RunDir.read_metrics`` reads back from a run's
+    metrics files, and what the kernel merges from a finished task's result."""
+
+    rows: list[StepRow]
+    events: list[Event]
+
+
+class Published(Metrics):
     """One window of what an engine publishes while a run trains (``publish_data``): its
     last rows and events, and how many rows the task has made so far (``n``: the kernel
     merges only the rows it has not merged yet). Each replaces the last."""
 
-    rows: list[StepRow]
-    events: list[Event]
     n: int
 
 

@@ -5,6 +5,7 @@ inventory the engines sent back; tests call them with made-up multi-host layouts
 """
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from workbench.common.strategies import role_counts
@@ -37,16 +38,16 @@ class Task:
     devices: int = 0  # logical CPU devices a local run splits the engine into (0: as found)
 
     @property
-    def name(self):
+    def name(self) -> str:
         """``"role:index"``: how metrics, results and errors name the task."""
         return f"{self.role}:{self.index}"
 
     @property
-    def tf_config_json(self):
+    def tf_config_json(self) -> str:
         return json.dumps(self.tf_config, sort_keys=True) if self.tf_config else ""
 
 
-def local_ranks(engines):
+def local_ranks(engines: Iterable[EngineInfo]) -> dict[int, int]:
     """Map engine id -> its rank among the engines on the same host (ordered by id)."""
     ranks, seen = {}, {}
     for e in sorted(engines, key=lambda e: e.id):
@@ -59,7 +60,7 @@ def local_ranks(engines):
 STARTUP_ENV = {"GRPC_FAIL_FAST": "use_caller", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-def engine_env(engines, cluster_tag):
+def engine_env(engines: Sequence[EngineInfo], cluster_tag: str) -> dict[int, dict[str, str]]:
     """The environment each engine keeps for its lifetime, set before TF is imported.
 
     One engine owns one GPU: ``CUDA_VISIBLE_DEVICES`` is the GPU at the engine's local
@@ -78,7 +79,8 @@ def engine_env(engines, cluster_tag):
     return envs
 
 
-def assign(engines, roles, workers, ps):
+def assign(engines: Sequence[EngineInfo], roles: Sequence[str], workers: int,
+           ps: int) -> list[tuple[EngineInfo, str, int]]:
     """Pick engines for each role, in the order ``roles`` lists them.
 
     Returns ``[(engine, role, index), ...]``. Engines are taken in the order given, spread
@@ -106,7 +108,8 @@ def _interleave_hosts(engines):
     return out
 
 
-def plan(engines, roles, workers, ps, multi_engine, devices=0):
+def plan(engines: Sequence[EngineInfo], roles: Sequence[str], workers: int, ps: int, multi_engine: bool,
+         devices: int = 0) -> list[Task]:
     """Tasks of one run: roles, task indices, and each task's TF_CONFIG.
 
     ``engines`` are used in the order given. ``roles`` and ``multi_engine`` come from the
@@ -127,7 +130,7 @@ def plan(engines, roles, workers, ps, multi_engine, devices=0):
     return tasks
 
 
-def check_addresses(engines):
+def check_addresses(engines: Sequence[EngineInfo]) -> None:
     """Refuse a TF cluster whose engines on different hosts report loopback addresses:
     each would dial its own machine for the others' tasks."""
     hosts = {e.host for e in engines}
@@ -143,7 +146,11 @@ def check_addresses(engines):
             "the address of its own connection to it.")
 
 
-def fingerprint(task):
+# what ``fingerprint`` returns: ("local", logical devices) or ("cluster", TF_CONFIG as JSON)
+Fingerprint = tuple[str, int | str]
+
+
+def fingerprint(task: Task) -> Fingerprint:
     """The TF process state a task leaves behind on its engine.
 
     Two runs may share an engine only if they leave the same fingerprint: TF's
@@ -154,7 +161,8 @@ def fingerprint(task):
     return ("cluster", task.tf_config_json)
 
 
-def best_plan(engines, state, previous, *args, **kwargs):
+def best_plan(engines: Sequence[EngineInfo], state: Mapping[int, Fingerprint | None], previous: Sequence[int] | None,
+              roles: Sequence[str], workers: int, ps: int, multi_engine: bool, devices: int = 0) -> list[Task]:
     """The plan that restarts the fewest engines.
 
     Candidates: the engines a previous run of the same topology used, in the same order
@@ -169,14 +177,14 @@ def best_plan(engines, state, previous, *args, **kwargs):
         candidates.append(first + [e for e in by_id if e.id not in previous])
     candidates.append(sorted(by_id, key=lambda e: state.get(e.id) is not None))
     # a one-engine run leaves the same state on any engine: one that already has it will do
-    local = ("local", kwargs.get("devices", 0))
+    local = ("local", devices)
     candidates.append(sorted(by_id, key=lambda e: state.get(e.id) not in (None, local)))
     candidates.append(by_id)
-    plans = [plan(order, *args, **kwargs) for order in candidates]
+    plans = [plan(order, roles, workers, ps, multi_engine, devices) for order in candidates]
     return min(plans, key=lambda p: len(engines_to_recycle(p, state)))
 
 
-def engines_to_recycle(tasks, state):
+def engines_to_recycle(tasks: Sequence[Task], state: Mapping[int, Fingerprint | None]) -> list[int]:
     """Engine ids whose TF state (``state``: id -> fingerprint or None) conflicts with ``tasks``.
 
     A collective group (a cluster of workers only: MultiWorkerMirroredStrategy, parameter

@@ -2,11 +2,13 @@
 or an existing profile; engines that report what they are; TF state tracked per engine."""
 
 import atexit
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from workbench.common import roles
 from workbench.common import validate
+from workbench.datasets import Data
 from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, invalid
 from workbench.kernel import home, launchers, live, reaper, recorded, remote
 from workbench.kernel.launch import launch as start_run
@@ -423,12 +425,17 @@ class Cluster:
         return old
 
     # -- runs --------------------------------------------------------------------------
-    def train(self, model, data, *, loss="sparse_categorical_crossentropy", optimizer="sgd",
-              learning_rate=None, momentum=0.0, strategy="multi_worker_mirrored", workers=2, ps=0,
-              global_batch_size=256, steps=300, seed=0, steps_per_execution=None,
-              checkpoint_every=100, eval_every=0, variable_partitioner=None, devices=0,
-              average_every=None, metrics=None, eval_data=None, stall_timeout=60.0, start_timeout=180.0,
-              dashboard=None, compression=None, anatomy=True):
+    def train(self, model: Callable[[], Any], data: Data | tuple | Callable[[Any], Any], *,
+              loss: str | Callable[..., Any] = "sparse_categorical_crossentropy", optimizer: str | Any = "sgd",
+              learning_rate: float | Any | None = None, momentum: float = 0.0,
+              strategy: str = "multi_worker_mirrored", workers: int = 2, ps: int = 0,
+              global_batch_size: int = 256, steps: int = 300, seed: int = 0, steps_per_execution: int | None = None,
+              checkpoint_every: int = 100, eval_every: int = 0,
+              variable_partitioner: int | tuple[str, int] | None = None, devices: int = 0,
+              average_every: int | None = None, metrics: Sequence[str | Any] | None = None,
+              eval_data: Data | tuple | Callable[[Any], Any] | None = None, stall_timeout: float = 60.0,
+              start_timeout: float = 180.0, dashboard: bool | None = None, compression: str | None = None,
+              anatomy: bool = True) -> Run:
         """Start a training run on the engines and return its ``Run`` at once.
 
         ``strategy``: "multi_worker_mirrored" (sync all-reduce over ``workers`` engines),

@@ -2,13 +2,22 @@
 runs on one chart each, and their throughput in one table: the view for choosing a
 strategy."""
 
+from __future__ import annotations
+
 import html
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from workbench.kernel import render
 from workbench.kernel.dashboard import MIME_WIDGET
 
+if TYPE_CHECKING:
+    import ipywidgets
 
-def summary(run, label):
+    from workbench.kernel.run import Run
+
+
+def summary(run: Run, label: str) -> dict[str, Any]:
     h = run.history
     row = {"run": label, "strategy": run.job.strategy, "workers": run.job.workers, "ps": run.job.ps,
            "global batch": run.job.global_batch_size, "steps": run.final_step}
@@ -27,7 +36,7 @@ def summary(run, label):
 
 
 class Comparison:
-    def __init__(self, runs, labels=None):
+    def __init__(self, runs: Iterable[Run], labels: Sequence[str] | None = None) -> None:
         import pandas as pd
 
         self.runs = list(runs)
@@ -52,7 +61,7 @@ class Comparison:
         return out
 
     @property
-    def widget(self):
+    def widget(self) -> ipywidgets.VBox:
         if self._widget is None:
             import bqplot as bq
             import ipywidgets as W
@@ -74,7 +83,7 @@ class Comparison:
             self._widget.add_class("wb-compare")
         return self._widget
 
-    def static_html(self):
+    def static_html(self) -> str:
         charts = "".join(render.line_chart(self._curves(x), f"Loss against {label}", label, "loss (smoothed)")
                          for x, label in (("step", "step"), ("time", "wall time (s)")))
         return (f'<div style="font:12px sans-serif"><div style="display:flex;gap:8px">{charts}</div>'
@@ -86,7 +95,7 @@ class Comparison:
                 "text/plain": html.unescape(self.table.round(4).to_string())}
 
 
-def compare(*runs, labels=None):
+def compare(*runs: Run, labels: Sequence[str] | None = None) -> Comparison:
     """Overlay the loss of ``runs`` against step and against wall time, and tabulate their
     throughput (steps/s, examples/s), final loss and test accuracy. ``.table`` is the
     DataFrame; in a notebook the result shows as charts."""

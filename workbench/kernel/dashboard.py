@@ -9,6 +9,7 @@ cell's output keeps a static HTML rendering beside the widget, for saved noteboo
 import html
 import threading
 import time
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,7 @@ STATE_COLORS = {"starting": "#888", "running": "#27c", "serving": "#27c", "done"
 
 
 class Dashboard:
-    def __init__(self, run, interval=0.25, smoothing=0.9, baseline=None):
+    def __init__(self, run: Any, interval: float = 0.25, smoothing: float = 0.9, baseline: Any = None) -> None:
         import bqplot as bq
         import ipywidgets as W
 
@@ -150,7 +151,7 @@ class Dashboard:
             "text/plain": f"<workbench dashboard: run {self.run.id}, {status}>",
         }
 
-    def show(self):
+    def show(self) -> "Dashboard":
         from IPython.display import display
 
         handle = display(self._bundle(), raw=True, display_id=True)

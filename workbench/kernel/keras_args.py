@@ -9,6 +9,8 @@ training, with the same message.
 
 import re
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 from workbench.common import validate
 from workbench.common.job import FromConfig
@@ -43,7 +45,7 @@ def _snake(name):
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def loss(value):
+def loss(value: Any) -> tuple[Any, str]:
     """``(loss, name)``: a name from ``validate.LOSSES``, a ``keras.losses.Loss`` object (any
     reduction) or a callable returning per-example losses; ``name`` is the loss as Keras
     names it ("sparse_categorical_crossentropy"), which decides whether steps count
@@ -59,7 +61,7 @@ def loss(value):
     return validate.choice("loss", value, validate.LOSSES), value
 
 
-def optimizer(value, learning_rate, momentum):
+def optimizer(value: Any, learning_rate: Any, momentum: float) -> tuple[Any, Any]:
     """``(optimizer, learning_rate)`` to put in the Job.
 
     A name takes ``learning_rate`` (0.1 when None: a number, ``wb.linear_scaling`` or a
@@ -90,7 +92,7 @@ def optimizer(value, learning_rate, momentum):
     return value, learning_rate_arg(learning_rate)
 
 
-def learning_rate_arg(value):
+def learning_rate_arg(value: Any) -> Any:
     """None (0.1 on the engines), a finite number > 0, ``wb.linear_scaling``, or a Keras
     ``LearningRateSchedule`` object (it travels as itself)."""
     from workbench import schedules
@@ -106,7 +108,7 @@ def _label(value):
     return getattr(value, "__name__", repr(value))
 
 
-def metrics(value, loss_name):
+def metrics(value: Sequence[Any] | None, loss_name: str) -> tuple[str | FromConfig, ...]:
     """A tuple of metric names and ``FromConfig`` of metric objects, each named by the column
     it gets in ``run.history``. "accuracy" means what Keras' compile makes of it for the
     loss: the built-in ``accuracy`` column for sparse labels."""

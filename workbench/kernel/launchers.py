@@ -11,18 +11,27 @@ what the kernel does differently with their engines.
   (``srun``); their PIDs are the nodes', never killed from here: ``stop()`` cancels the job.
 """
 
+from __future__ import annotations
+
 import os
 import signal
 import sys
 import time
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import ClusterError
+
+if TYPE_CHECKING:
+    import ipyparallel
+
+    from workbench.kernel.run import Run
 
 MPI = ("mpi", "mpiexec")
 SLURM = ("slurm",)
 
 
-def configure(options, launcher, timeout):
+def configure(options: dict[str, Any], launcher: str | None, timeout: float) -> None:
     """Set ipyparallel's MPI or Slurm engine launcher in ``options`` (``ipyparallel.Cluster``'s
     keywords) to run workbench engines (TensorFlow imported while they register)."""
     from traitlets.config import Config
@@ -53,7 +62,7 @@ def configure(options, launcher, timeout):
     options.setdefault("delay", 0)
 
 
-def local_mpi_args():
+def local_mpi_args() -> list[str]:
     """``mpiexec`` arguments for ranks on this machine: as root (containers, CI) and with
     more ranks than cores, unbound (Open MPI binds each rank to one core by default, and
     each host's daemon binds its own: TensorFlow would see one core, the same one per host)."""
@@ -68,7 +77,7 @@ def _require_mpi4py():
                            "which needs mpi4py: pip install mpi4py (and Open MPI: apt-get install openmpi-bin)") from e
 
 
-def is_mpi(ipp_cluster):
+def is_mpi(ipp_cluster: ipyparallel.Cluster | None) -> bool:
     if ipp_cluster is None:
         return False
     from ipyparallel.cluster.launcher import MPIEngineSetLauncher
@@ -76,7 +85,7 @@ def is_mpi(ipp_cluster):
     return any(isinstance(s, MPIEngineSetLauncher) for s in ipp_cluster.engines.values())
 
 
-def end_mpi_jobs(ipp_cluster, deadline=10.0):
+def end_mpi_jobs(ipp_cluster: ipyparallel.Cluster, deadline: float = 10.0) -> list[int]:
     """SIGTERM every ``mpiexec`` of the cluster's engine sets and wait until each has exited:
     ``mpiexec`` passes the signal to its ranks on every host and takes its remote daemons
     down with it. Returns the PIDs still alive at the deadline (the caller SIGKILLs them)."""
@@ -97,7 +106,7 @@ def end_mpi_jobs(ipp_cluster, deadline=10.0):
     return [p for p in pids if alive(p)]
 
 
-def refuse_under_run(runs, engine_ids):
+def refuse_under_run(runs: Iterable[Run], engine_ids: Collection[int]) -> None:
     """An MPI job is restarted only whole: not while a run of the cluster uses it."""
     running = next((r for r in runs if not r.done), None)
     if running is not None:
@@ -106,7 +115,8 @@ def refuse_under_run(runs, engine_ids):
             f"mpiexec job, restarted only whole, and run {running.id} is still using them: stop it first.")
 
 
-def restart_mpi(ipp, client, old_ids, n, timeout):
+def restart_mpi(ipp: ipyparallel.Cluster, client: ipyparallel.Client, old_ids: Collection[int], n: int,
+                timeout: float) -> None:
     """Recycling on an MPI cluster: the ``mpiexec`` job is restarted whole (one rank cannot
     be replaced: killing it aborts the job). Returns when the old ranks have unregistered
     and ``n`` ranks of the new job have registered; their ids are the old ones (rank = id),
@@ -124,7 +134,7 @@ def restart_mpi(ipp, client, old_ids, n, timeout):
                lambda: f"{n} engines of the new mpiexec job; registered: {client.ids}")
 
 
-def end_slurm_jobs(ipp_cluster, deadline=30.0):
+def end_slurm_jobs(ipp_cluster: ipyparallel.Cluster, deadline: float = 30.0) -> list[str]:
     """Cancel the cluster's Slurm engine jobs (the launcher's own ``scancel``) and wait until
     ``squeue`` no longer lists them, so that ``stop()`` returns with the engines gone and
     their nodes free; their engine sets leave the cluster (nothing left to stop). Returns

@@ -12,13 +12,20 @@ what the host sent, its ``tx`` what the host received. A run whose tasks live on
 hosts samples them in a small thread (``LinkWatch``) and joins them into ``run.history``.
 """
 
+from __future__ import annotations
+
 import re
 import subprocess
 import threading
 import time
 import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import TestbedError, invalid
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _UNITS = {"bit": 1, "kbit": 10 ** 3, "mbit": 10 ** 6, "gbit": 10 ** 9}
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNORECASE)
@@ -32,7 +39,7 @@ _beds = weakref.WeakSet()  # open test beds in this process
 _watches = weakref.WeakSet()  # live LinkWatch objects (they record injected faults)
 
 
-def parse_rate(value, argument="link"):
+def parse_rate(value: str | None, argument: str = "link") -> int | None:
     """Bits per second from "100mbit" / "1gbit" / ...; None stays None (unshaped).
 
     >>> parse_rate("1.5gbit")
@@ -49,7 +56,7 @@ def parse_rate(value, argument="link"):
     return bits
 
 
-def parse_links(link, hosts):
+def parse_links(link: str | dict[str, str | None] | None, hosts: Sequence[str]) -> dict[str, int | None]:
     """{host: bits/s or None} from ``testbed(link=...)``: one rate for every host, or a
     dict naming some hosts (the others unshaped)."""
     if isinstance(link, dict):
@@ -62,7 +69,7 @@ def parse_links(link, hosts):
     return dict.fromkeys(hosts, rate)
 
 
-def format_rate(bits):
+def format_rate(bits: int | None) -> str:
     if bits is None:
         return "unshaped"
     for unit, scale in (("gbit", 10 ** 9), ("mbit", 10 ** 6), ("kbit", 10 ** 3)):
@@ -71,7 +78,7 @@ def format_rate(bits):
     return f"{bits}bit"
 
 
-def shape(veth, netns, bits):
+def shape(veth: str, netns: str, bits: int | None) -> None:
     """Set both directions of one host's link to ``bits``/s (None: remove the shaping)."""
     for prefix, dev in ((["tc"], veth), (["tc", "-n", netns], "eth0")):
         if bits is None:
@@ -89,7 +96,7 @@ def shape(veth, netns, bits):
             raise TestbedError(f"`{' '.join(cmd)}` failed ({out.returncode}): {out.stderr.strip()}")
 
 
-def set_state(veth, netns, up):
+def set_state(veth: str, netns: str, up: bool) -> None:
     """Take a host's link down (both ends: nothing crosses) or bring it back up."""
     state = "up" if up else "down"
     for cmd in (["ip", "link", "set", veth, state], ["ip", "-n", netns, "link", "set", "eth0", state]):
@@ -98,7 +105,7 @@ def set_state(veth, netns, up):
             raise TestbedError(f"`{' '.join(cmd)}` failed ({out.returncode}): {out.stderr.strip()}")
 
 
-def counters(veth):
+def counters(veth: str) -> tuple[int, int]:
     """(bytes the host sent, bytes it received) so far, from the host-side veth."""
     base = f"/sys/class/net/{veth}/statistics/"
     with open(base + "rx_bytes") as f:
@@ -108,14 +115,14 @@ def counters(veth):
     return sent, received
 
 
-def record_fault(bed, fault, host, **info):
+def record_fault(bed: Any, fault: str, host: str, **info: Any) -> None:
     """Note an injected fault in the events of every live run on ``bed``'s hosts."""
     for watch in list(_watches):
         if watch.bed is bed:
             watch.note(fault, host, **info)
 
 
-def watch(run):
+def watch(run: Any) -> LinkWatch | None:
     """A started ``LinkWatch`` if ``run``'s tasks live on the hosts of an open test bed."""
     addresses = {t.target.rsplit(":", 1)[0] for t in run.tasks if t.target}
     for bed in list(_beds):
@@ -130,7 +137,7 @@ class LinkWatch:
     """Samples every link of ``bed`` until ``run`` is done: (time, host, sent, received,
     rate) rows, from which ``join`` computes bytes per step and utilisation."""
 
-    def __init__(self, bed, run, every=SAMPLE_EVERY):
+    def __init__(self, bed: Any, run: Any, every: float = SAMPLE_EVERY) -> None:
         self.bed = bed
         self._run = weakref.ref(run)
         self._every = every
@@ -140,17 +147,17 @@ class LinkWatch:
         self._thread = threading.Thread(target=self._loop, name=f"workbench-links-{run.id}", daemon=True)
         _watches.add(self)
 
-    def start(self):
+    def start(self) -> None:
         self.sample()
         self._thread.start()
 
-    def stop(self):
+    def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(5)
         _watches.discard(self)
 
-    def sample(self):
+    def sample(self) -> None:
         now = time.time()
         rows = []
         for host in self.bed.hosts:
@@ -162,7 +169,7 @@ class LinkWatch:
         with self._lock:
             self._samples.extend(rows)
 
-    def note(self, fault, host, **info):
+    def note(self, fault: str, host: str, **info: Any) -> None:
         run = self._run()
         if run is not None and not run.done:
             run.note("injected", fault=fault, host=host, step=run.step, **info)
@@ -177,7 +184,7 @@ class LinkWatch:
                 break
         _watches.discard(self)
 
-    def frame(self):
+    def frame(self) -> pd.DataFrame:
         """The samples: time, host, sent/received bytes since the first sample, rate."""
         import pandas as pd
 
@@ -188,7 +195,7 @@ class LinkWatch:
             df[col] = df[col] - df.groupby("host")[col].transform("first")
         return df
 
-    def join(self, history, window=WINDOW):
+    def join(self, history: pd.DataFrame, window: float = WINDOW) -> pd.DataFrame:
         """``history`` with, per host H of the bed, ``link_tx_bytes_H`` / ``link_rx_bytes_H``
         (bytes H sent / received per step) and ``link_util_H`` (the busier direction's
         bits/s over the set rate; NaN where the link is unshaped), each averaged over at
@@ -229,7 +236,7 @@ class LinkWatch:
             h[f"link_util_{host}"] = np.maximum(moved["tx"], moved["rx"]) * 8 / span / rate
         return h
 
-    def busiest(self, window=2.0):
+    def busiest(self, window: float = 2.0) -> tuple[str, float | None, float] | None:
         """(host, utilisation or None, bytes/s) of the link that moved most in the last
         ``window`` seconds, or None before two samples."""
         samples = self.frame()

@@ -9,8 +9,13 @@ slowest workers instead.
 """
 
 from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
+
+from workbench.common.protocols import StepRow
 
 PER_WORKER_LINES = 8  # one colour each (render.COLORS); more workers: aggregate + band
 RECENT_S = 5.0  # the throughput text's window
@@ -19,7 +24,7 @@ RECENT_SAMPLE = 4096  # newest rows (any worker) the step time and user metrics 
 
 
 class LiveStats:
-    def __init__(self, per_worker=True):
+    def __init__(self, per_worker: bool = True) -> None:
         self.per_worker = per_worker
         self.cursor = 0  # rows of the run's arrival log consumed so far
         self.rows = 0
@@ -34,7 +39,7 @@ class LiveStats:
         self.max_step = 0
         self.max_elapsed = 0.0
 
-    def add(self, rows, started):
+    def add(self, rows: Sequence[StepRow], started: float) -> None:
         """Take ``rows`` (step rows in the run's format) into the aggregates."""
         for r in rows:
             step, t = r["step"], r["time"]
@@ -69,7 +74,7 @@ class LiveStats:
                 self.max_elapsed = elapsed
         self.rows += len(rows)
 
-    def by_step(self):
+    def by_step(self) -> dict[str, np.ndarray]:
         """Arrays over the steps seen, in step order: step, elapsed (max over workers), loss
         mean, median, 10th and 90th percentile, examples/s median, 10th, 90th percentile."""
         for step in self._dirty:
@@ -88,11 +93,11 @@ class LiveStats:
         out.update({n: table[:, i] for i, n in enumerate(names)})
         return out
 
-    def worker_arrays(self, worker):
+    def worker_arrays(self, worker: str) -> tuple[np.ndarray, ...]:
         """(step, elapsed, loss, examples/s) of one worker, per-worker mode."""
         return tuple(np.asarray(a, float) for a in self.series.get(worker, ([], [], [], [])))
 
-    def recent(self, metric_names=()):
+    def recent(self, metric_names: Iterable[str] = ()) -> dict[str, Any] | None:
         """The last RECENT_S seconds: per-worker median examples/s (over its last
         ``PER_WORKER_RECENT`` rows), steps/s, median step time, the mean of each user
         metric, and the workers from slowest to fastest. O(workers + a bounded sample)."""
@@ -126,7 +131,7 @@ class LiveStats:
         }
 
 
-def ema(values, smoothing):
+def ema(values: ArrayLike, smoothing: float) -> np.ndarray:
     """render.ema, vectorized: the same numbers in C (scipy's lfilter) instead of a Python loop."""
     values = np.asarray(values, float)
     if not len(values) or smoothing <= 0:

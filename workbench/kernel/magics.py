@@ -12,10 +12,14 @@ RUN is a run id or a unique prefix of one. Errors are the API's, shown without a
 what runs in the kernel, rather than in ``extensions/``.)
 """
 
+from __future__ import annotations
+
 import argparse
 import shlex
+from typing import TYPE_CHECKING, Any
 
-
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
@@ -51,7 +55,7 @@ def _parser():
     return p
 
 
-def wb(line, shell):
+def wb(line: str, shell: InteractiveShell) -> Any:
     """The ``%wb`` line magic."""
     from IPython.core.error import UsageError
 
@@ -164,5 +168,5 @@ def _tensorboard(args, shell):
 _COMMANDS = {None: _overview, "load": _load, "stop": _stop, "resume": _resume, "tensorboard": _tensorboard}
 
 
-def load_ipython_extension(ipython):
+def load_ipython_extension(ipython: InteractiveShell) -> None:
     ipython.register_magic_function(lambda line: wb(line, ipython), magic_kind="line", magic_name="wb")

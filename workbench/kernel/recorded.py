@@ -13,11 +13,17 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from workbench.errors import RunStopped, invalid
 from workbench.kernel import reattach
 from workbench.kernel.run import Run
 from workbench.store import Home, Records, RunDir
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from workbench.common.job import Job
 
 
 def resolve(run_id: "str | os.PathLike | Run", home: str | os.PathLike | None = None) -> Path:
@@ -46,7 +52,7 @@ def resolve(run_id: "str | os.PathLike | Run", home: str | os.PathLike | None = 
                   + (f"the closest are: {', '.join(close)}" if close else "there is none yet"))
 
 
-def load(run_id, home=None):
+def load(run_id: "str | os.PathLike | Run", home: str | os.PathLike | None = None) -> Run:
     """The run ``run_id`` (a unique prefix is enough), read back from its run directory:
     status, ``history``, ``events``, ``placement``, ``evaluation``, ``weights()``,
     ``dashboard()``. Works for running, finished, stopped, failed and lost runs, whichever
@@ -60,7 +66,7 @@ def load(run_id, home=None):
 class RecordedRun(Run):
     """A run read from its files. It is not watched: ``refresh()`` reads what was written since."""
 
-    def __init__(self, run_dir):
+    def __init__(self, run_dir: str | os.PathLike) -> None:
         import threading
 
         self.run_dir = Path(run_dir)
@@ -85,7 +91,7 @@ class RecordedRun(Run):
         self._finished = None
         self.refresh()
 
-    def refresh(self):
+    def refresh(self) -> "RecordedRun":
         """Read the rows, events and outcome written since the last read."""
         self._merge(RunDir(self.run_dir).read_metrics(self._offsets))
         if self._rows:  # a resumed run's run.json says when the last attempt started
@@ -99,33 +105,33 @@ class RecordedRun(Run):
 
     # -- what the files say ---------------------------------------------------------------
     @property
-    def status(self):
+    def status(self) -> str:
         """running, finished, stopped, failed or lost (its kernel died before the run ended)."""
         return self._record.get("status", "lost")
 
     @property
-    def error(self):
+    def error(self) -> str | None:
         """The first line of the error the run ended with, or None."""
         return self._result.get("error")
 
     @property
-    def final_step(self):
+    def final_step(self) -> int:
         return self._result.get("final_step") or self._max_step
 
     @property
-    def stopped(self):
+    def stopped(self) -> bool:
         return bool(self._result.get("stopped"))
 
     @property
-    def evaluation(self):
+    def evaluation(self) -> dict | None:
         return self._result.get("evaluation")
 
     @property
-    def checkpoint(self):
+    def checkpoint(self) -> int | None:
         """The step of the last checkpoint (where a resume starts), or None."""
         return RunDir(self.run_dir).checkpoint_step()
 
-    def weights(self):
+    def weights(self) -> "list[np.ndarray]":
         """The final weights as numpy arrays: those the run ended with (``weights.npz``), or
         for a run that ended without them (lost, failed) the model of its last checkpoint,
         read by a short TensorFlow subprocess (this kernel does not import TensorFlow)."""
@@ -145,7 +151,7 @@ class RecordedRun(Run):
                                  f"{out.stderr[-2000:]}")
             return _read_weights(path)
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: float | None = None) -> "RecordedRun":
         """A recorded run is watched by the kernel that started it: wait for its
         ``result.json`` (polling its files), and raise its error."""
         import time
@@ -159,7 +165,7 @@ class RecordedRun(Run):
             raise RunStopped(f"Run {self.id} failed: {self.error}")
         return self
 
-    def stop(self, timeout=60):
+    def stop(self, timeout: float = 60) -> "RecordedRun":
         """Ask every task to stop at its next agreed step (saving a checkpoint), and wait
         for the kernel watching the run to record its end."""
         import time
@@ -171,7 +177,7 @@ class RecordedRun(Run):
                 time.sleep(0.2)
         return self
 
-    def dashboard(self, interval=0.25, baseline=None):
+    def dashboard(self, interval: float = 0.25, baseline: Any = None) -> "_Html":
         """The static rendering of the run (charts, placement), as a saved notebook shows it."""
         from workbench.kernel.render import snapshot_html
 
@@ -181,11 +187,11 @@ class RecordedRun(Run):
             status += f" · {self.error}"
         return _Html(snapshot_html(self, status), f"<workbench run {self.id}: {status}>")
 
-    def resume(self, steps=None, **overrides):
+    def resume(self, steps: int | None = None, **overrides: Any) -> NoReturn:
         raise invalid("run", self.id, "a live run for run.resume(); a recorded run resumes on a cluster: "
                       f"cluster.resume({self.id!r}, steps=...)")
 
-    def job_description(self):
+    def job_description(self) -> "Job":
         """The job as it was launched (model, data, loss and optimizer included), unpickled
         from ``job.pkl``. Unpickling may import what the job's functions refer to."""
         import cloudpickle
@@ -196,7 +202,7 @@ class RecordedRun(Run):
                           f"{self.run_dir} is one, cannot be resumed from another kernel)")
         return cloudpickle.loads(path.read_bytes())
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = self.status + (f": {self.error}" if self.error else "")
         return (f"<workbench.Run {self.id} {self.job.strategy} workers={self.job.workers} ps={self.job.ps} "
                 f"{state}, step {self.final_step}/{self.job.steps}, recorded in {self.run_dir}>")
@@ -220,7 +226,8 @@ class _Html:
         return self.text
 
 
-def resume(cluster, run, steps=None, workers=None, ps=None, stall_timeout=60.0, start_timeout=180.0):
+def resume(cluster: Any, run: "str | os.PathLike | Run", steps: int | None = None, workers: int | None = None,
+           ps: int | None = None, stall_timeout: float = 60.0, start_timeout: float = 180.0) -> Run:
     """``Cluster.resume``: continue a recorded run on ``cluster`` from its last checkpoint."""
     from dataclasses import replace
 

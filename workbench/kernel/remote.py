@@ -2,15 +2,22 @@
 controller's address as engines dial it, and ipyparallel's SSH launcher set up to start
 workbench engines on a dict of hosts."""
 
+from __future__ import annotations
+
 import socket
 import subprocess
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import ClusterError, invalid
+
+if TYPE_CHECKING:
+    import ipyparallel
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def check_hosts(hosts, engines, launcher):
+def check_hosts(hosts: dict[str, int], engines: int | None, launcher: str | None) -> int:
     """``hosts`` ({host: engine count}) for ``launcher``; returns the engine count."""
     if launcher != "ssh":
         raise invalid("hosts", hosts, 'hosts only beside launcher="ssh"',
@@ -25,7 +32,7 @@ def check_hosts(hosts, engines, launcher):
     return total
 
 
-def configure_ssh(options, hosts, controller, timeout):
+def configure_ssh(options: dict[str, Any], hosts: dict[str, int] | None, controller: str, timeout: float) -> None:
     """Set ipyparallel's SSH engine launcher in ``options`` (``ipyparallel.Cluster``'s
     keywords): engines on ``hosts``, run as workbench engines (TensorFlow imported while
     they register), and a local controller on the address the hosts reach."""
@@ -53,7 +60,7 @@ def _config_value(config, name):
     return None
 
 
-def reachable_address(host, ssh_args=()):
+def reachable_address(host: str, ssh_args: Sequence[str] = ()) -> str:
     """This machine's address on the route to ``host`` (as ``ssh_args``' config names it):
     the address a controller here must listen on for engines there to reach it."""
     out = subprocess.run(["ssh", *ssh_args, "-G", host], capture_output=True, text=True, timeout=10)
@@ -68,7 +75,7 @@ def reachable_address(host, ssh_args=()):
                            "Pass controller_ip= (an address of this machine that the hosts reach).") from e
 
 
-def controller_address(connection_info):
+def controller_address(connection_info: dict[str, Any]) -> str:
     """The address engines dial the controller on, from the client's connection info: its
     interface, or its location when it listens on every interface."""
     ip = connection_info.get("interface", "tcp://127.0.0.1").split("//")[-1].rsplit(":", 1)[0]
@@ -77,7 +84,7 @@ def controller_address(connection_info):
     return ip
 
 
-def unreachable(targets, timeout=2.0):
+def unreachable(targets: Sequence[str], timeout: float = 2.0) -> list[str]:
     """The ``"address:port"`` targets that refuse or ignore a TCP connection from here."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -95,7 +102,7 @@ def unreachable(targets, timeout=2.0):
         return [t for t, d in zip(targets, pool.map(down, targets)) if d]
 
 
-def local_pids(launcher):
+def local_pids(launcher: Any) -> set[int]:
     """PIDs of processes on this machine that ``launcher`` (an ipyparallel launcher or
     engine set) started: none for SSH launchers (their PIDs are the remote host's) or
     batch systems (job ids), none for a launcher that never started (PID -1)."""
@@ -109,7 +116,7 @@ def local_pids(launcher):
             and isinstance(getattr(l, "pid", None), int) and l.pid > 0}
 
 
-def ssh_hosts_of(ipp_cluster, pids):
+def ssh_hosts_of(ipp_cluster: ipyparallel.Cluster, pids: Collection[int]) -> dict[int, str]:
     """{remote pid: SSH host (as the launcher's ``engines`` dict names it)} for the engines
     among ``pids`` that an SSH launcher started."""
     from ipyparallel.cluster.launcher import SSHLauncher
@@ -122,7 +129,7 @@ def ssh_hosts_of(ipp_cluster, pids):
     return out
 
 
-def kill_remote_engines(ipp_cluster, pids=None):
+def kill_remote_engines(ipp_cluster: ipyparallel.Cluster, pids: Collection[int] | None = None) -> None:
     """SIGKILL every engine an SSH launcher started, through that launcher's ssh (all at
     once), and detach those launchers from their engine sets: asked to stop, engines that
     hold TF servers take ~10 s each, and ipyparallel's own stop of SSH engines runs a

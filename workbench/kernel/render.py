@@ -5,15 +5,22 @@ same code draws the live dashboard's placement view and the snapshot left in a c
 output when the run ends, which GitHub and nbviewer show without a kernel.
 """
 
+from __future__ import annotations
+
 import html
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 ROLE_COLORS = {"chief": "#fde0c5", "ps": "#d4e6f9", "worker": "#d9f2d0", "local": "#eeeeee"}
 
 
-def ema(values, smoothing):
+def ema(values: Sequence[float] | np.ndarray, smoothing: float) -> np.ndarray:
     """Exponential moving average, as TensorBoard smooths (0: none, 0.99: very smooth)."""
     out = np.empty(len(values))
     acc = None
@@ -23,7 +30,7 @@ def ema(values, smoothing):
     return out
 
 
-def thin(n, most=1000):
+def thin(n: int, most: int = 1000) -> np.ndarray:
     """Indices that keep at most ``most`` of ``n`` points, always keeping the last."""
     if n <= most:
         return np.arange(n)
@@ -31,7 +38,8 @@ def thin(n, most=1000):
     return np.unique(idx)
 
 
-def line_chart(series, title, xlabel, ylabel, width=440, height=220, points=()):
+def line_chart(series: Sequence[tuple[str, Any, Any]], title: str, xlabel: str, ylabel: str, width: int = 440,
+               height: int = 220, points: Sequence[tuple[str, Any, Any]] = ()) -> str:
     """An SVG line chart. ``series``: [(label, xs, ys)]; ``points``: [(label, xs, ys)] drawn as dots
     on a 0-1 right-hand axis (accuracy)."""
     pad_l, pad_r, pad_t, pad_b = 48, 44 if points else 12, 24, 32
@@ -80,7 +88,7 @@ def line_chart(series, title, xlabel, ylabel, width=440, height=220, points=()):
     return "".join(out)
 
 
-def placement_svg(tasks, variables, width=640):
+def placement_svg(tasks: list[dict[str, Any]], variables: list[dict[str, Any]], width: int = 640) -> str:
     """Hosts as boxes holding their engines; each engine shows its role, devices, and for PS
     tasks the bytes of the variables they hold."""
     by_host = {}
@@ -120,7 +128,7 @@ def placement_svg(tasks, variables, width=640):
             f'style="font:11px sans-serif">{"".join(rows)}</svg>')
 
 
-def placement_tables(placement):
+def placement_tables(placement: pd.DataFrame | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(tasks rows, variables rows) as lists of dicts from ``Run.placement``."""
     if placement is None or not len(placement):
         return [], []
@@ -130,7 +138,7 @@ def placement_tables(placement):
     return tasks, variables
 
 
-def bytes_per_task(variables):
+def bytes_per_task(variables: list[dict[str, Any]]) -> dict[str, int]:
     out = {}
     for v in variables:
         key = f"{v['role']}:{v['task']}"
@@ -142,7 +150,7 @@ PART_COLORS = {"input": "#9467bd", "compute": "#2ca02c", "communication": "#1f77
                "other": "#c7c7c7"}
 
 
-def anatomy_html(table, width=420):
+def anatomy_html(table: pd.DataFrame | None, width: int = 420) -> str:
     """One stacked bar per worker (``Run.anatomy()``'s shares), its step time and bytes sent
     per step, and the straggler named when there is one."""
     if table is None or not len(table):
@@ -169,7 +177,7 @@ def anatomy_html(table, width=420):
             f'(share of wall time) {legend}{"".join(rows)}{note}</div>')
 
 
-def snapshot_html(run, status):
+def snapshot_html(run: Any, status: str) -> str:
     """The whole dashboard as static HTML: status, loss, throughput, placement."""
     h = run.history
     parts = [f'<div style="font:12px sans-serif"><b>workbench run {html.escape(run.id)}</b> · '

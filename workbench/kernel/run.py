@@ -6,17 +6,23 @@ ipyparallel client (not thread-safe); engine replacement happens on the next cal
 needs the cluster, in the caller's thread.
 """
 
+from __future__ import annotations
+
 import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from workbench.common import strategies
+from workbench.common.protocols import Event, EventKind, Metrics, Published, ServerResult, StepRow, TaskResult
 from workbench.errors import EngineError, RunStalled, RunStopped
 from workbench.kernel.dashboard import Dashboard
 from workbench.kernel.recovery import EngineWatch
 from workbench.store import ResultRecord, RunDir
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _POLL = 0.05
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -39,22 +45,22 @@ class Run:
 
     def __init__(self, cluster: Any, job: Any, tasks: list, results: dict, stall_timeout: float,
                  start_timeout: float, *, started: float | None = None,
-                 tail: Callable[[], dict] | None = None) -> None:
+                 tail: Callable[[], Metrics] | None = None) -> None:
         self.cluster = cluster
         self.job = job
         self.tasks = tasks
         self.run_dir = Path(job.run_dir)
         self.stall_timeout = stall_timeout
         self.start_timeout = start_timeout
-        self._results = results  # {task name: AsyncResult}
-        self._rows = {}  # (worker, step) -> row
+        self._results: dict[str, Any] = results  # {task name: AsyncResult}
+        self._rows: dict[tuple[str, int], StepRow] = {}  # (worker, step) -> row
         self._version = 0  # how many distinct rows have arrived
         self._max_step = 0
-        self._history = (-1, None)  # (version, DataFrame) cache of ``history``
-        self._events = []
-        self._seen_events = set()
-        self._outcome = {}  # task name -> result dict
-        self._error = None
+        self._history: tuple[int, pd.DataFrame | None] = (-1, None)  # (version, DataFrame) cache of ``history``
+        self._events: list[Event] = []
+        self._seen_events: set[tuple[str, int | None, float]] = set()
+        self._outcome: dict[str, TaskResult | ServerResult] = {}  # task name -> what the task returned
+        self._error: BaseException | None = None
         self._lock = threading.Lock()
         self._started = started or time.time()
         self._finished = None
@@ -161,7 +167,7 @@ class Run:
         return RunDir(self.run_dir).checkpoint_step()
 
     @property
-    def history(self) -> Any:
+    def history(self) -> pd.DataFrame:
         """One row per (worker, step): loss, batch accuracy, examples/s, step time, seconds
         since the run started (and, for parameter-server runs, the step's staleness), then
         a column per metric of ``train(metrics=...)``: its value on the worker's batch.
@@ -201,7 +207,7 @@ class Run:
         self._history = (version, df)
         return df
 
-    def anatomy(self, skip=None):
+    def anatomy(self, skip: int | None = None) -> pd.DataFrame:
         """Where each worker's wall time goes, as a DataFrame (one row per worker): mean
         ``step_time`` (s), the shares of it in ``input``, ``compute``, ``communication``,
         ``waiting`` and ``other`` (they sum to 1), ``bytes_per_step`` handed to the
@@ -215,7 +221,7 @@ class Run:
             skip = 2 * self.job.steps_per_execution if self.job.steps > 4 * self.job.steps_per_execution else 0
         return anatomy.table(self.history, skip=skip)
 
-    def profile(self, steps=10, timeout=120):
+    def profile(self, steps: int = 10, timeout: float = 120) -> pd.DataFrame:
         """A TF profiler trace of ``steps`` steps on every training task of this live run,
         written under ``<run_dir>/profile/<n>/<task>`` (TensorBoard's profile plugin or XProf
         open it), summarised as a DataFrame, one row per task: the steps traced, and the
@@ -266,7 +272,7 @@ class Run:
         return df if self._links is None else self._links.join(df)
 
     @property
-    def evaluations(self) -> Any:
+    def evaluations(self) -> pd.DataFrame:
         import pandas as pd
 
         rows = [{k: v for k, v in e.items() if k not in ("kind", "time")} for e in self._events if e["kind"] == "eval"]
@@ -274,7 +280,7 @@ class Run:
         return pd.DataFrame(rows, columns=columns + sorted({k for r in rows for k in r} - set(columns)))
 
     @property
-    def events(self) -> Any:
+    def events(self) -> pd.DataFrame:
         """What happened besides steps, in order: checkpoints, evaluations, workers lost and
         replaced (with the step the run had reached), as a DataFrame."""
         import pandas as pd
@@ -289,7 +295,7 @@ class Run:
         return df[["kind", "step"] + [c for c in df.columns if c not in ("kind", "step")]]
 
     @property
-    def placement(self) -> Any:
+    def placement(self) -> pd.DataFrame:
         """Every task (role, index, host, pid, devices) and every variable with its device,
         shape, bytes and ``kind``: "model", or "optimizer" for the optimizer's state (Adam's
         m and v, momentum, its step counter), which lives beside the variables it updates."""
@@ -366,7 +372,7 @@ class Run:
                 f"{state}, step {self.step}/{self.job.steps}>")
 
     # -- watcher -----------------------------------------------------------------------
-    def _stream(self):
+    def _stream(self) -> dict[str, Any]:
         """The rows in arrival order, each once, for readers that take only what is new
         (``history``, the dashboard): ``log``, and what has been read of it. Created on
         first use (recorded runs are built without ``__init__``)."""
@@ -377,13 +383,13 @@ class Run:
                 "build": threading.Lock()}
         return stream
 
-    def rows_since(self, cursor):
+    def rows_since(self, cursor: int) -> tuple[list[StepRow], int]:
         """(rows that arrived after ``cursor``, the new cursor): the live dashboard's feed."""
         with self._lock:
             log = self._stream()["log"]
             return log[cursor:], len(log)
 
-    def _merge(self, data, source=None):
+    def _merge(self, data: Published | Metrics | None, source: str | None = None) -> None:
         if not data:
             return
         data = dict(data)  # one consistent publish: ipyparallel updates this dict in place
@@ -522,7 +528,7 @@ class Run:
         task = self._task(name)
         return task.engine_id if task else None
 
-    def _collect(self, name, ar):
+    def _collect(self, name: str, ar: Any) -> None:
         try:
             result = ar.get()
         except Exception as e:
@@ -538,12 +544,15 @@ class Run:
                 role=task.role, task=task.index, engine_id=task.engine_id, remote_traceback=tb)
             return
         self._outcome[name] = result
-        self._merge({"rows": result.get("rows", ()), "events": result.get("events", ())})
+        merged: Metrics = {"rows": result.get("rows", []), "events": result.get("events", [])}
+        self._merge(merged)
 
-    def note(self, kind: str, **info: Any) -> None:
-        """Record an event the kernel observed (a worker lost, a replacement started)."""
+    def note(self, kind: EventKind, **info: Any) -> None:
+        """Record an event the kernel observed (a worker lost, a replacement started, a
+        fault injected on a test bed): a ``TaskEvent`` or a ``FaultEvent``."""
+        event = cast(Event, dict(info, kind=kind, time=time.time()))  # the keys ``kind``'s protocol names
         with self._lock:
-            self._events.append(dict(info, kind=kind, time=time.time()))
+            self._events.append(event)
 
     def swap_task(self, old: Any, new: Any, ar: Any) -> None:
         """A replacement engine took over ``old``'s task; its result is collected afresh."""

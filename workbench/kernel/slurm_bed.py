@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import time
+from typing import Any
 
 from workbench.errors import TestbedError
 from workbench.kernel.commands import tail
@@ -21,9 +22,10 @@ from workbench.kernel.commands import tail
 PACKAGES = {"/usr/sbin/slurmctld": "slurm-wlm", "/usr/sbin/slurmd": "slurm-wlm", "/usr/bin/sbatch": "slurm-wlm",
             "/usr/sbin/munged": "munge"}
 CTL = "slurmctld"  # the controller's namespace (longer than any host name: no clash)
+# ``bed`` below is a ``testbed.Testbed``, typed ``Any``: testbed imports this module
 
 
-def mpi_args(bed, per_host):
+def mpi_args(bed: Any, per_host: dict[str, int]) -> list[str]:
     """``mpiexec`` arguments that place ``per_host`` ({host: ranks}) ranks on the bed's
     hosts, its daemons started over the bed's SSH, its traffic on the bed's network."""
     from workbench.kernel.launchers import local_mpi_args
@@ -35,14 +37,14 @@ def mpi_args(bed, per_host):
             "--mca", "oob_tcp_if_include", subnet, "--mca", "btl_tcp_if_include", subnet, *env]
 
 
-def require_packages():
+def require_packages() -> None:
     missing = sorted({pkg for path, pkg in PACKAGES.items() if not os.path.exists(path)})
     if missing:
         raise TestbedError(f"The test bed's Slurm needs Debian's {', '.join(missing)}: "
                            f"apt-get install -y --no-install-recommends {' '.join(missing)}")
 
 
-def start(bed, timeout, procs):
+def start(bed: Any, timeout: float, procs: dict[str, subprocess.Popen]) -> str:
     """Start munged, slurmctld and a slurmd per host into ``procs`` (the bed's daemons by
     name, which it ends on close); wait until every node is idle. Returns the path of the
     bed's ``slurm.conf``."""
@@ -130,7 +132,7 @@ def _logs(bed, name):
     return "\n".join(filter(None, [tail(os.path.join(bed.dir, f"{name}.out")), tail(path)]))
 
 
-def cluster_options(bed, engines_per_host, options):
+def cluster_options(bed: Any, engines_per_host: int, options: dict[str, Any]) -> dict[str, Any]:
     """``wb.Cluster`` keywords: engines as the tasks of one sbatch job on the bed's nodes
     (``engines_per_host`` tasks a node), the controller here on the bridge address."""
     from traitlets.config import Config
@@ -153,7 +155,7 @@ def cluster_options(bed, engines_per_host, options):
                 config=config, **options)
 
 
-def squeue(bed):
+def squeue(bed: Any) -> list[str]:
     """The bed's Slurm jobs: one ``"JOBID STATE NAME"`` line each."""
     out = subprocess.run(["squeue", "-h", "-o", "%i %T %j"], capture_output=True, text=True,
                          env=dict(os.environ, SLURM_CONF=bed.slurm_conf), timeout=10)

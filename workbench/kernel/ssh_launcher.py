@@ -23,7 +23,7 @@ class _DeferredSSHEngineLauncher(SSHEngineLauncher):
 class ParallelSSHEngineSetLauncher(SSHEngineSetLauncher):
     launcher_class = _DeferredSSHEngineLauncher
 
-    def start(self, n):
+    def start(self, n: int) -> list[str]:
         keys = super().start(n)
         launchers = [self.launchers[k] for k in keys]
         if launchers:

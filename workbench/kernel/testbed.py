@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from workbench.errors import TestbedError, invalid
 from workbench.kernel import reaper
@@ -33,7 +35,8 @@ _PACKAGES = {"/usr/sbin/tc": "iproute2", "/usr/sbin/sshd": "openssh-server", "/u
              "/usr/bin/unshare": "util-linux", "/usr/bin/nsenter": "util-linux"}
 
 
-def testbed(hosts=2, *, link=None, timeout=30.0, slurm=False):
+def testbed(hosts: int | Sequence[str] = 2, *, link: str | dict[str, str | None] | None = None, timeout: float = 30.0,
+            slurm: bool = False) -> "Testbed":
     """Create ``hosts`` emulated hosts (an int, or a list of host names) and return the
     ``Testbed``; use it as a context manager, or call ``close()``. ``slurm=True`` adds a
     Slurm cluster of the hosts (munged, slurmctld, a slurmd each: Debian's slurm-wlm, munge).
@@ -47,7 +50,8 @@ def testbed(hosts=2, *, link=None, timeout=30.0, slurm=False):
 class Testbed:
     """N emulated hosts with an sshd each. See the module's docstring."""
 
-    def __init__(self, hosts=2, *, link=None, timeout=30.0, slurm=False):
+    def __init__(self, hosts: int | Sequence[str] = 2, *, link: str | dict[str, str | None] | None = None,
+                 timeout: float = 30.0, slurm: bool = False) -> None:
         names = [f"h{i + 1}" for i in range(hosts)] if isinstance(hosts, int) and not isinstance(hosts, bool) else hosts
         if not isinstance(names, (list, tuple)) or not 1 <= len(names) <= 200 or len(set(names)) != len(names) \
                 or not all(isinstance(n, str) and n.isalnum() and len(n) <= 8 for n in names):
@@ -91,11 +95,11 @@ class Testbed:
 
     # -- what launchers take ----------------------------------------------------------
     @property
-    def ssh_args(self):
+    def ssh_args(self) -> list[str]:
         """Arguments that make ``ssh`` and ``scp`` reach the bed's hosts by name."""
         return ["-F", self.ssh_config]
 
-    def ssh_cluster(self, engines_per_host=1, **options):
+    def ssh_cluster(self, engines_per_host: int | dict[str, int] = 1, **options: Any) -> dict[str, Any]:
         """Keyword arguments for ``wb.Cluster``: engines on every host, started over SSH,
         the controller listening on the bridge address the hosts reach."""
         from traitlets.config import Config
@@ -109,26 +113,26 @@ class Testbed:
             config.SSHLauncher.environment = {"PYTHONPATH": os.environ["PYTHONPATH"]}
         return dict(launcher="ssh", hosts=per_host, controller_ip=self.controller_ip, config=config, **options)
 
-    def ssh(self, host, command, timeout=30):
+    def ssh(self, host: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         """Run a shell ``command`` on ``host`` over SSH; returns the CompletedProcess."""
         return subprocess.run(["ssh", *self.ssh_args, host, command], capture_output=True, text=True, timeout=timeout)
 
     # -- links and faults (workbench.kernel.links) ---------------------------------------
     @property
-    def is_open(self):
+    def is_open(self) -> bool:
         return self._state is not None
 
-    def veth(self, host):
+    def veth(self, host: str) -> str:
         """The host-side end of ``host``'s link, in this (the root) namespace."""
         self._host(host)
         return f"wb{self.tag}{host}"
 
-    def netns(self, host):
+    def netns(self, host: str) -> str:
         """The network namespace of ``host`` (for ``ip netns exec``)."""
         self._host(host)
         return self._state["netns"][host]
 
-    def set_link(self, host, rate):
+    def set_link(self, host: str, rate: str | None) -> None:
         """Shape ``host``'s link to ``rate`` ("50mbit", "1gbit", ...) both ways, or None to
         remove the shaping; takes effect at once, also while a run trains (and is recorded
         in that run's events)."""
@@ -144,7 +148,7 @@ class Testbed:
         if _record:
             links.record_fault(self, "set_link", host, rate=links.format_rate(bits))
 
-    def link_down(self, host):
+    def link_down(self, host: str) -> None:
         """Cut ``host`` off the network (both ends of its link down) until ``link_up``."""
         from workbench.kernel import links
 
@@ -152,7 +156,7 @@ class Testbed:
         links.set_state(self.veth(host), self._state["netns"][host], up=False)
         links.record_fault(self, "link_down", host)
 
-    def link_up(self, host):
+    def link_up(self, host: str) -> None:
         from workbench.kernel import links
 
         self._host(host)
@@ -160,7 +164,7 @@ class Testbed:
         # a veth that comes back up rejoins the bridge as it was: nothing else to redo
         links.record_fault(self, "link_up", host)
 
-    def kill_engines(self, host, sig=9):
+    def kill_engines(self, host: str, sig: int = 9) -> list[int]:
         """Kill every ipyparallel engine running on ``host`` (a lost machine, for its
         engines); returns their PIDs (as this machine numbers them)."""
         from workbench.kernel import links
@@ -182,7 +186,7 @@ class Testbed:
             raise invalid("host", host, f"a host of this bed ({', '.join(self.hosts)})")
 
     # -- lifecycle ----------------------------------------------------------------------
-    def close(self):
+    def close(self) -> None:
         """Stop the hosts' daemons and every process left in them; remove the namespaces,
         links and files. Idempotent."""
         if self._state is None:
@@ -203,13 +207,13 @@ class Testbed:
                 self._reaper.kill()
                 self._reaper.wait(5)
 
-    def __enter__(self):
+    def __enter__(self) -> "Testbed":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<workbench testbed {self.tag}: {', '.join(f'{h}={a}' for h, a in self.hosts.items())}>"
 
     # -- building -----------------------------------------------------------------------
@@ -229,7 +233,7 @@ class Testbed:
         for name, address in self.hosts.items():
             self.add_namespace(name, address)
 
-    def add_namespace(self, name, address):
+    def add_namespace(self, name: str, address: str) -> str:
         """A network namespace ``wb-<tag>-<name>`` joined to the bed's bridge at ``address``
         (a host, or the bed's Slurm controller): recorded before it exists, so that
         ``close()`` and the reaper remove it whatever happens next. Returns its name."""
@@ -302,7 +306,7 @@ class Testbed:
 
 
     # -- MPI and Slurm across the hosts (workbench.kernel.slurm_bed) ---------------------
-    def mpi_cluster(self, engines_per_host=1, **options):
+    def mpi_cluster(self, engines_per_host: int | dict[str, int] = 1, **options: Any) -> dict[str, Any]:
         """Keyword arguments for ``wb.Cluster``: engines as the ranks of one ``mpiexec`` job
         on every host (its daemons started over the bed's SSH), the controller listening on
         the bridge address the hosts reach."""
@@ -316,14 +320,14 @@ class Testbed:
         return dict(launcher="mpi", engines=sum(per_host.values()), controller_ip=self.controller_ip, config=config,
                     **options)
 
-    def slurm_cluster(self, engines_per_host=1, **options):
+    def slurm_cluster(self, engines_per_host: int = 1, **options: Any) -> dict[str, Any]:
         """Keyword arguments for ``wb.Cluster``: engines as the tasks of one ``sbatch`` job,
         ``engines_per_host`` on each of the bed's Slurm nodes (needs ``slurm=True``)."""
         from workbench.kernel import slurm_bed
 
         return slurm_bed.cluster_options(self, engines_per_host, options)
 
-    def squeue(self):
+    def squeue(self) -> list[str]:
         """The bed's Slurm jobs, one ``"JOBID STATE NAME"`` line each."""
         from workbench.kernel import slurm_bed
 
@@ -335,7 +339,7 @@ class Testbed:
         self.slurm_conf = slurm_bed.start(self, timeout, self._slurm_procs)
 
 
-def teardown(state):
+def teardown(state: dict[str, Any]) -> None:
     """Undo a bed from its state record: SSH masters, daemons by PID, every process left in
     its namespaces, the namespaces (with their veths), the bridge, the files."""
     from workbench.kernel.processes import alive, reap

@@ -2,13 +2,18 @@
 cluster records, ``RunDir`` every file of one run directory. Nothing else spells these
 paths."""
 
+from __future__ import annotations
+
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.store import files
 from workbench.store.schema import ClusterRecord, ResultRecord, RunRecord
+
+if TYPE_CHECKING:
+    from workbench.common.protocols import Metrics
 
 
 def home() -> Path:
@@ -21,7 +26,7 @@ class Home:
     (``ClusterRecord``) and ``clusters/<id>.pids`` (the PIDs a kernel's reaper ends),
     ``ipython/profile_workbench/`` (the ipyparallel profile of local clusters)."""
 
-    def __init__(self, path: str | os.PathLike | None = None):
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
         self.path = Path(path) if path is not None else home()
 
     def __repr__(self) -> str:
@@ -88,7 +93,7 @@ class RunDir:
     (``ResultRecord``) and ``weights.npz``. Whole files are written atomically; the metrics
     files are appended to, a line at a time, by their task alone."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
 
     def __repr__(self) -> str:
@@ -233,7 +238,7 @@ class RunDir:
         m = re.search(r'^model_checkpoint_path:\s*"[^"]*ckpt-(\d+)"', text, re.M)
         return int(m.group(1)) if m else None
 
-    def read_metrics(self, offsets: dict[str, int]) -> dict[str, list[dict]]:
+    def read_metrics(self, offsets: dict[str, int]) -> Metrics:
         """The rows and events appended to the metrics files since ``offsets`` (per-file
         read offsets, updated in place): ``{"rows": [...], "events": [...]}``."""
         rows, events = [], []

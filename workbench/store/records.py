@@ -52,7 +52,7 @@ class Records:
     """Reads every run and cluster under a workbench home; keeps per-file read offsets, so
     polling it every second costs only what was written since."""
 
-    def __init__(self, home: str | os.PathLike | None = None):
+    def __init__(self, home: str | os.PathLike | None = None) -> None:
         self.store = Home(home)
         self.home = self.store.path
         self._tails = {}
