@@ -217,6 +217,11 @@ class EnginePool:
             return alive(info.pid)
         return engine_id in self.client.ids
 
+    def is_local(self, engine_id: int) -> bool:
+        """Did a launcher of this kernel start this engine on this machine (by PID)?"""
+        info = self._info.get(engine_id)
+        return info is not None and self._is_local(info)
+
     def condemn(self, engine_ids: Iterable[int], kill: Iterable[int] = ()) -> None:
         """After a failure: these engines' TF state is unusable; kill the local ones still
         blocked (``kill``). Replacement happens in ``heal``, on the cluster's next use."""

@@ -77,6 +77,20 @@ def controller_address(connection_info):
     return ip
 
 
+def answer(target: str, timeout: float = 2.0) -> str:
+    """How ``"address:port"`` answers a TCP connection from here: "open", "refused" (its
+    host is reachable, nothing listens there: the process is gone), or "silent" (no answer
+    at all: the host is down or cut off the network)."""
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+        return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError:  # a timeout, or no route / host unreachable
+        return "silent"
+
+
 def unreachable(targets, timeout=2.0):
     """The ``"address:port"`` targets that refuse or ignore a TCP connection from here."""
     from concurrent.futures import ThreadPoolExecutor

@@ -530,6 +530,10 @@ class Run:
             if not self.cluster.pool.alive(task.engine_id):  # ipyparallel: "Engine N died while ..."
                 self._error = self._engines.lost(task)
                 return
+            peer = self._engines.lost_peer(task) if self._sync else None
+            if peer is not None:  # a lockstep peer's loss made this task fail: name the lost one
+                self._error = self._engines.lost(peer)
+                return
             ename = getattr(e, "ename", type(e).__name__)
             evalue = getattr(e, "evalue", str(e))
             tb = _ANSI.sub("", getattr(e, "traceback", None) or str(e))

@@ -370,7 +370,7 @@ def _is_engine(pid):
             cmd = f.read().replace(b"\0", b" ")
     except OSError:
         return False
-    return b"ipyparallel.engine" in cmd or b"ipengine" in cmd
+    return b"ipyparallel.engine" in cmd or b"ipengine" in cmd or b"workbench.engine.start" in cmd
 
 
 def _require_tools():
