@@ -156,6 +156,21 @@ class EnginePool:
             self._warned = warn_if_exposed(self._info.values())
         self._on_change()
 
+    def take_late_inventory(self) -> list[int]:
+        """Engines that registered after the last inventory (an attached cluster grows when
+        its owner starts more): take the inventory of those not busy with another kernel's
+        run, so that the next run can plan with them. Returns their ids."""
+        if self.client is None:
+            return []
+        new = [e for e in self.client.ids if e not in self._info and e not in self._retired]
+        if not new:
+            return []
+        busy = self.find_busy(self.client.queue_status())
+        new = [e for e in new if e not in busy]
+        if new:
+            self.take_inventory(new)
+        return new
+
     def adopt(self, tasks: Iterable[roles.Task], pids: dict[tuple[str, int], int]) -> None:
         """A re-attached run's engines (busy when this kernel attached) join the pool, in
         the state their tasks leave (``pids``: (role, index) -> pid, from ``run.json``)."""
