@@ -10,7 +10,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from workbench.common import strategies
 from workbench.errors import EngineError, RunStalled, RunStopped
@@ -39,7 +39,7 @@ class Run:
 
     def __init__(self, cluster: Any, job: Any, tasks: list, results: dict, stall_timeout: float,
                  start_timeout: float, *, started: float | None = None,
-                 tail: Callable[[], dict] | None = None) -> None:
+                 tail: Callable[[], dict] | None = None, unshared: Iterable[str] = ()) -> None:
         self.cluster = cluster
         self.job = job
         self.tasks = tasks
@@ -61,7 +61,12 @@ class Run:
         self._done = threading.Event()
         self._dashboard = None
         self._tail = tail  # re-attached runs: reads the metrics files (rows published before)
+        # hosts whose engines do not see the run directory: what they write there is
+        # copied here when the run ends (``remote.pull_run_files``)
+        self.unshared_hosts = sorted(unshared)
         spec = strategies.spec(job.strategy)
+        self._chief = next((t.name for t in tasks if (t.role == spec.chief_role if spec.chief_role else t.index == 0)),
+                           None)
         self._sync = spec.synchronous  # lockstep workers: a lost one can hang the others
         # asynchronous runs outlive a lost worker: the workbench brings a replacement up
         self._engines = EngineWatch(self, replace_workers=spec.has_ps)
@@ -127,17 +132,25 @@ class Run:
             return self._done.wait(timeout)
         except KeyboardInterrupt:
             print(f"Interrupted: stopping run {self.id} at its next agreed step...", flush=True)
-            RunDir(self.run_dir).request_stop()
+            self._request_stop()
             self._done.wait(60)
             print(f"Run {self.id} stopped at step {self.final_step}; its last checkpoint is in {self.run_dir}.")
             raise
 
     def stop(self, timeout: float = 60) -> "Run":
         """Ask every task to stop at its next agreed step, save a checkpoint, and wait."""
-        RunDir(self.run_dir).request_stop()
+        self._request_stop()
         self._done.wait(timeout)
         self.cluster.pool.heal()
         return self
+
+    def _request_stop(self):
+        """The STOP file in the run directory, and the same request through ipyparallel to
+        tasks still running (engines on hosts without the run directory see that one)."""
+        RunDir(self.run_dir).request_stop()
+        running = [(t.engine_id, self._results[t.name]) for t in list(self.tasks)
+                   if t.name in self._results and not self._results[t.name].ready()]
+        self.cluster.pool.send_stop(running)
 
     @property
     def stopped(self) -> bool:
@@ -455,6 +468,8 @@ class Run:
                     self._collect(name, ar)
             if self._error is not None:
                 self._abort()
+            if self.unshared_hosts:
+                self._pull_files()
             self._finished = time.time()
             self._write_record()
             self._done.set()
@@ -562,12 +577,27 @@ class Run:
         """After a failure: stop every task. Synchronous peers blocked in a collective never
         return, so engines still busy after a grace period are killed (local ones, by PID)
         and replaced on the next use of the cluster."""
-        RunDir(self.run_dir).request_stop()
+        self._request_stop()
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline and not all(ar.ready() for ar in self._results.values()):
             time.sleep(_POLL)
         busy = [t.engine_id for t, ar in zip(self.tasks, self._results.values()) if not ar.ready()]
         self.cluster.pool.condemn([t.engine_id for t in self.tasks], kill=busy)
+
+    def _pull_files(self):
+        """Copy what the tasks on hosts without the run directory wrote there (metrics files;
+        the chief's checkpoints, TensorBoard logs, profiles) into it, from engines that ended
+        their task and are still there."""
+        from workbench.kernel import remote
+
+        pool = self.cluster.pool
+        tasks = [t for t in self.tasks if t.host in self.unshared_hosts and self._results[t.name].ready()
+                 and pool.alive(t.engine_id)]
+        if tasks:
+            try:
+                remote.pull_run_files(self.cluster.client, tasks, str(self.run_dir), self._chief, timeout=60)
+            except Exception as e:  # noqa: BLE001 - the run's end is recorded whatever happens here
+                self.note("run_files_not_copied", error=f"{type(e).__name__}: {e}", step=self.step)
 
     def abandon(self) -> None:
         """The cluster is stopping under this run: it ends as stopped by the cluster."""
