@@ -1,7 +1,9 @@
 """Faults across (emulated) hosts: a machine lost mid-run (every engine of one host killed)
 behaves as losing those engines on one machine (tests/test_faults.py): a parameter-server
 run replaces its lost workers on their host, which is up again, and completes; a
-multi-worker-mirrored run fails fast naming the lost task, and resumes to the exact step."""
+multi-worker-mirrored run fails fast naming the lost task, and resumes to the exact step.
+A host cut off the network fails a synchronous run within 60 s naming the task it can no
+longer reach, never a hang."""
 
 import time
 
@@ -92,3 +94,20 @@ def test_a_lost_host_fails_mwms_fast_naming_its_task_and_resume_completes(cluste
     for w in ("worker:0", "worker:1"):
         assert list(h[h.worker == w].step) == list(range(saved + 1, STEPS + 1))
     assert host in set(t.host for t in resumed.tasks) | set(cluster.engines.host)
+
+
+def test_a_link_taken_down_fails_mwms_within_60s_naming_the_unreachable_task(cluster, bed):
+    run = start(cluster, "multi_worker_mirrored", steps=100_000)
+    task = next(t for t in run.tasks if t.name == "worker:1")
+    bed.link_down(task.host)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(wb.EngineError) as info:
+            run.wait(timeout=60)
+        print(f"link of {task.host} down: the run failed {time.monotonic() - t0:.1f} s later: {info.value}")
+        assert time.monotonic() - t0 < 60
+    finally:
+        bed.link_up(task.host)
+    message = str(info.value)
+    assert message.startswith("worker:1 (engine ") and f"on {task.host}" in message
+    assert f"{task.target} does not answer" in message and "unreachable" in message

@@ -405,10 +405,15 @@ class Cluster:
         per_host = {}
         for pid, host in where.items():  # an SSH engine's replacement starts on its host
             per_host[host] = per_host.get(host, 0) + 1
-        if per_host and len(where) == len(old):
-            self._ipp.start_engines_sync(n=len(old), engines=per_host)
-        else:
-            self._ipp.start_engines_sync(n=len(old))
+        try:
+            if per_host and len(where) == len(old):
+                self._ipp.start_engines_sync(n=len(old), engines=per_host)
+            else:
+                self._ipp.start_engines_sync(n=len(old))
+        except Exception as e:
+            where_to = f" on {', '.join(sorted(per_host))}" if per_host else ""
+            raise ClusterError(f"Could not start {len(old)} replacement engines{where_to} for engines "
+                               f"{sorted(o.id for o in old)}: {e}") from e
         self._write_pidfile()
         return None
 

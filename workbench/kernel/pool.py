@@ -275,13 +275,20 @@ class EnginePool:
         pids = {self._info[e].pid for e in kill if e in self._info and self._is_local(self._info[e])}
         reap(pids, deadline=0)
 
-    def heal(self) -> None:
-        """Replace engines that died or hold unusable TF state."""
+    def heal(self, reachable_only: bool = False) -> None:
+        """Replace engines that died or hold unusable TF state. ``reachable_only``: leave
+        out engines gone from hosts this machine cannot reach (cut off the network: a
+        replacement there cannot start); they are replaced on the cluster's next use."""
         if self.client is None:
             return
         bad = [e for e, info in self._info.items()
                if not self.state(e).usable or e not in self.client.ids
                or (self._is_local(info) and not alive(info.pid))]
+        if reachable_only:
+            from workbench.kernel.remote import answer
+
+            bad = [e for e in bad if e in self.client.ids or self._is_local(self._info[e])
+                   or answer(f"{self._info[e].address}:{self._info[e].port}", timeout=1.0) != "silent"]
         if bad:
             self.recycle(bad)
 

@@ -109,10 +109,14 @@ class Run:
         """Block until the run ends; raise the engines' error (with role and traceback) if any."""
         if not self._block(timeout):
             raise TimeoutError(f"Run {self.id} still running after {timeout} s (step {self.step}/{self.job.steps})")
-        self.cluster.pool.heal()
-        if self._error is not None:
-            raise self._error
-        return self
+        if self._error is None:
+            self.cluster.pool.heal()
+            return self
+        try:  # engines the failure left unusable are replaced now, where their host answers
+            self.cluster.pool.heal(reachable_only=True)
+        except Exception as e:  # noqa: BLE001 - the run's own error is what wait() reports
+            self.note("engines_not_replaced", error=f"{type(e).__name__}: {e}", step=self.step)
+        raise self._error
 
     def dashboard(self, interval: float = 0.25, baseline: Any = None) -> Dashboard:
         """The live dashboard widget (shown by default when a run starts in a notebook).
