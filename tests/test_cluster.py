@@ -88,6 +88,38 @@ def test_attach_to_a_running_profile_and_leave_it_running(tmp_path):
     _wait_gone(family)
 
 
+def test_attach_takes_the_inventory_of_engines_that_register_later():
+    """Attach mode once waited for one engine and never looked again: engines its owner
+    adds later join the pool before the next run is planned."""
+    from IPython.paths import get_ipython_dir
+
+    from checks import wait_for
+
+    profile_dir = os.path.join(get_ipython_dir(), "profile_wblate")
+    other = ipp.Cluster(n=1, profile_dir=profile_dir, log_level=40, controller_ip="127.0.0.1")
+    rc = other.start_and_connect_sync()
+    pids = []
+    try:
+        c = wb.Cluster(profile="wblate").start()
+        try:
+            assert list(c.engine_info) == rc.ids
+            other.start_engines_sync(n=1)  # ipyparallel's own API, after the attach
+            wait_for(lambda: len(c.client.ids) == 2, 120, lambda: f"2 engines; registered: {c.client.ids}")
+            late = (set(c.client.ids) - set(c.engine_info)).pop()
+            run = c.train(wb.models.mlp((8,)), wb.datasets.digits(), strategy="multi_worker_mirrored", workers=2,
+                          global_batch_size=32, steps=3, checkpoint_every=0).wait(timeout=300)
+            assert run.final_step == 3
+            assert sorted(t.engine_id for t in run.tasks) == sorted(c.engine_info) == sorted(rc.ids)
+            assert late in c.engine_info and c.engines.loc[late, "pid"] > 0
+            pids = list(c.engines.pid)
+        finally:
+            c.stop()
+    finally:
+        rc.close()
+        other.stop_cluster_sync()
+    _wait_gone(_family(pids), timeout=60)
+
+
 def _wait_gone(pids, timeout=15):
     """ipyparallel's own stop: its engines' nannies exit on their own shortly after."""
     import time

@@ -99,6 +99,12 @@ def test_host_arguments_are_checked(hosts):
         wb.testbed(hosts=hosts)
 
 
+@pytest.mark.parametrize("private", ["/root/.workbench", ["relative/dir"], ["/"], [3]])
+def test_private_directories_are_checked(private):
+    with pytest.raises(wb.ConfigError, match=r"argument 'private'. Received: private=.*Expected a list of absolute"):
+        wb.testbed(hosts=2, private=private)
+
+
 def test_the_reaper_leaves_a_bed_alone_while_its_owner_lives(tmp_path):
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"bridge": "wbnone", "netns": {}, "dir": str(tmp_path / "x"), "ssh_config": "/dev/null",

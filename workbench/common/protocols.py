@@ -80,7 +80,8 @@ class VariableRow(TypedDict):
 
 
 EventKind = Literal["placement", "checkpoint", "eval", "profile", "worker_lost", "worker_replaced",
-                    "worker_not_replaced", "injected"]
+                    "worker_not_replaced", "injected", "run_dir_unshared", "run_files_not_copied",
+                    "engines_not_replaced"]
 
 
 class _Event(TypedDict):
@@ -149,7 +150,18 @@ class FaultEvent(_Event):
     pids: NotRequired[list[int]]  # kill_engines: the engines killed
 
 
-Event = Union[PlacementEvent, CheckpointEvent, EvalEvent, ProfileEvent, TaskEvent, FaultEvent]
+class HostEvent(_Event):
+    """What the kernel noted about a run's hosts: engines on ``hosts`` that do not see the
+    run directory (at launch); their files not copied back at the run's end, or engines a
+    failure left unusable not replaced when ``wait()`` raised (``error``)."""
+
+    kind: Literal["run_dir_unshared", "run_files_not_copied", "engines_not_replaced"]
+    step: int
+    hosts: NotRequired[list[str]]
+    error: NotRequired[str]
+
+
+Event = Union[PlacementEvent, CheckpointEvent, EvalEvent, ProfileEvent, TaskEvent, FaultEvent, HostEvent]
 
 
 class Evaluation(TypedDict):

@@ -26,7 +26,7 @@ def run_task(payload: bytes, task: Task) -> Union[TaskResult, ServerResult]:
     import cloudpickle
 
     from workbench.common.strategies import spec
-    from workbench.engine import start, strategies
+    from workbench.engine import control, start, strategies
 
     # the job may hold Keras classes (an optimizer's, a metric's): unpickling them imports
     # Keras modules, which must not race the start-up import of TensorFlow and Keras in its
@@ -46,9 +46,11 @@ def run_task(payload: bytes, task: Task) -> Union[TaskResult, ServerResult]:
                     "host": socket.gethostname(), "pid": os.getpid(), "target": task.target}
     ctx = TaskContext(task=task, name=name, is_chief=is_chief, task_row=row)
     before = set(_gradient_registry())
+    control.begin()
     try:
         return strategies.adapter(job.strategy).train(job, ctx)
     finally:
+        control.end()
         registry = _gradient_registry()
         for key in set(registry) - before:
             if key.startswith("CustomGradient-"):

@@ -32,6 +32,18 @@ def report(controller_host: str = "127.0.0.1") -> Inventory:
     }
 
 
+def sees_run(run_dir: str, started: float) -> bool:
+    """Does this engine see the kernel's run directory: its ``run.json``, as the kernel
+    wrote it at ``started``? An engine on a host without the kernel's filesystem does not."""
+    from workbench.store import RunDir
+
+    try:
+        record = RunDir(run_dir).read_run()
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("started") == started
+
+
 def _route_address(controller_host):
     """This engine's end of its own connection to the controller (what its peers on the
     controller's network reach), else the local end of the route to the controller."""

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from workbench.engine import build, placement
+from workbench.engine import build, control, placement
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
 from workbench.store import RunDir
@@ -57,7 +57,8 @@ def check_loss(loss: float, step: int, worker: str, job: Job) -> None:
 
 
 def stop_requested(job: Job) -> bool:
-    return RunDir(job.run_dir).stop_requested()
+    """Asked through ipyparallel (``control``), or by the run directory's STOP file."""
+    return control.stop_sent() or RunDir(job.run_dir).stop_requested()
 
 
 def _checkpoint_dir(job, ctx):

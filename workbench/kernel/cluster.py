@@ -407,10 +407,15 @@ class Cluster:
         per_host = {}
         for pid, host in where.items():  # an SSH engine's replacement starts on its host
             per_host[host] = per_host.get(host, 0) + 1
-        if per_host and len(where) == len(old):
-            self._ipp.start_engines_sync(n=len(old), engines=per_host)
-        else:
-            self._ipp.start_engines_sync(n=len(old))
+        try:
+            if per_host and len(where) == len(old):
+                self._ipp.start_engines_sync(n=len(old), engines=per_host)
+            else:
+                self._ipp.start_engines_sync(n=len(old))
+        except Exception as e:
+            where_to = f" on {', '.join(sorted(per_host))}" if per_host else ""
+            raise ClusterError(f"Could not start {len(old)} replacement engines{where_to} for engines "
+                               f"{sorted(o.id for o in old)}: {e}") from e
         self._write_pidfile()
         return None
 
@@ -472,6 +477,7 @@ class Cluster:
         """
         self._require_running()
         self._require_idle()
+        self._take_late_inventory()
         job = training.make_job(
             len(self.pool), model=model, data=data, loss=loss, optimizer=optimizer, learning_rate=learning_rate,
             momentum=momentum, strategy=strategy, workers=workers, ps=ps,
@@ -498,8 +504,15 @@ class Cluster:
         ``workers`` (multi_worker_mirrored, parameter_server) and ``ps`` (parameter_server,
         unsharded variables) may differ from the run's; everything else is the run's own."""
         self._require_running()
+        self._take_late_inventory()
         return recorded.resume(self, run, steps=steps, workers=workers, ps=ps, stall_timeout=stall_timeout,
                                start_timeout=start_timeout)
+
+    def _take_late_inventory(self):
+        """An attached cluster's engines that registered after ``start()`` join the pool
+        before a run is planned (its owner may add engines at any time)."""
+        if self.attached:
+            self.pool.take_late_inventory()
 
     def _require_idle(self):
         busy = [r for r in self.runs if not r.done]

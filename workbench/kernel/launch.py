@@ -11,6 +11,7 @@ import cloudpickle
 from workbench.common import strategies
 from workbench.engine import entry
 from workbench.errors import EngineError
+from workbench.kernel import remote
 from workbench.kernel.run import Run
 from workbench.store import RunDir, RunRecord
 
@@ -37,7 +38,12 @@ def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = Non
     # in the run directory let any later kernel resume the run (``Cluster.resume``)
     payload = cloudpickle.dumps(job)
     run_dir.write_job(payload)
-    _write_record(cluster, job, tasks)
+    started = _write_record(cluster, job, tasks)
+    # engines on hosts that do not share the kernel's files: warned about, and an event
+    unshared = cluster.pool.hosts_without(tasks, str(run_dir.path), started)
+    if unshared and resume:  # their engines restore the checkpoint from their own disk
+        remote.push_run_files(cluster.client, [t for t in tasks if t.host in unshared], str(run_dir.path),
+                              start_timeout)
     cluster.pool.mark(tasks)
     results = {}
     servers = [t for t in tasks if spec.servers and t.role != spec.chief_role]
@@ -59,12 +65,17 @@ def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = Non
         record = run_dir.read_run()
         record["msg_ids"] = {name: ar.msg_ids[0] for name, ar in ordered.items()}
         run_dir.write_run(record)
-    return Run(cluster, job, tasks, ordered, stall_timeout=stall_timeout, start_timeout=start_timeout)
+    run = Run(cluster, job, tasks, ordered, stall_timeout=stall_timeout, start_timeout=start_timeout,
+              unshared=unshared)
+    if unshared:
+        run.note("run_dir_unshared", hosts=unshared, step=0)
+    return run
 
 
 def _write_record(cluster, job, tasks):
     """``run.json`` in the run directory: what started, where and from which notebook,
-    for the Workbench panel and later kernels (``workbench.store``)."""
+    for the Workbench panel and later kernels (``workbench.store``). Returns its start
+    time (engines that see the file see that time in it)."""
     info = cluster.engine_info
     record: RunRecord = {
         "run_id": job.run_id, "strategy": job.strategy, "workers": job.workers, "ps": job.ps,
@@ -75,3 +86,4 @@ def _write_record(cluster, job, tasks):
                    "pid": info[t.engine_id].pid} for t in tasks],
     }
     RunDir(job.run_dir).write_run(record)
+    return record["started"]

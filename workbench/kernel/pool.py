@@ -79,6 +79,7 @@ class EnginePool:
         self._busy: set[int] = set()  # attached: engines busy with a run of another kernel
         self._last: dict[tuple, list[int]] = {}  # topology -> engine ids of its last run
         self._warned = False  # the once-per-cluster warning about TF servers on a network
+        self._unshared: set[tuple[str, ...]] = set()  # hosts warned about: no shared run directory
 
     # -- what the pool knows -----------------------------------------------------------
     def connect(self, client: Any) -> None:
@@ -156,6 +157,21 @@ class EnginePool:
             self._warned = warn_if_exposed(self._info.values())
         self._on_change()
 
+    def take_late_inventory(self) -> list[int]:
+        """Engines that registered after the last inventory (an attached cluster grows when
+        its owner starts more): take the inventory of those not busy with another kernel's
+        run, so that the next run can plan with them. Returns their ids."""
+        if self.client is None:
+            return []
+        new = [e for e in self.client.ids if e not in self._info and e not in self._retired]
+        if not new:
+            return []
+        busy = self.find_busy(self.client.queue_status())
+        new = [e for e in new if e not in busy]
+        if new:
+            self.take_inventory(new)
+        return new
+
     def adopt(self, tasks: Iterable[roles.Task], pids: dict[tuple[str, int], int]) -> None:
         """A re-attached run's engines (busy when this kernel attached) join the pool, in
         the state their tasks leave (``pids``: (role, index) -> pid, from ``run.json``)."""
@@ -207,6 +223,34 @@ class EnginePool:
             self._state[t.engine_id] = TFState(roles.fingerprint(t))
         self._on_change()
 
+    def hosts_without(self, tasks: Iterable[roles.Task], run_dir: str, started: float) -> list[str]:
+        """The hosts of ``tasks``' engines that do not see the kernel's run directory
+        ``run_dir`` (its ``run.json`` written at ``started``): no shared filesystem there.
+        Engines a local launcher started share this machine's files and are not asked. Warns
+        once per cluster and set of hosts (``warn_unshared_run_dir``)."""
+        remote = sorted({t.engine_id for t in tasks if not self.is_local(t.engine_id)})
+        if not remote or self.client is None:
+            return []
+        seen = self.client[remote].apply_async(inventory.sees_run, run_dir, started).get(timeout=self.timeout)
+        hosts = sorted({self._info[e].host for e, ok in zip(remote, seen) if not ok})
+        if hosts and tuple(hosts) not in self._unshared:
+            self._unshared.add(tuple(hosts))
+            warn_unshared_run_dir(run_dir, hosts)
+        return hosts
+
+    def send_stop(self, running: list[tuple[int, Any]]) -> None:
+        """Ask running tasks to stop through ipyparallel (``running``: (engine id, its
+        AsyncResult)): what tasks on hosts without the run directory's STOP file see."""
+        if self.client is None:
+            return
+        live = set(self.client.ids)
+        running = [(e, ar) for e, ar in running if e in live]
+        if running:
+            try:
+                self.client.abort(jobs=[ar for _, ar in running], targets=[e for e, _ in running], block=False)
+            except Exception:  # noqa: BLE001 - the STOP file was written too
+                pass
+
     # -- health ------------------------------------------------------------------------
     def alive(self, engine_id: int) -> bool:
         """Is this engine still there? Local engines by PID (at once), others by registration."""
@@ -217,6 +261,11 @@ class EnginePool:
             return alive(info.pid)
         return engine_id in self.client.ids
 
+    def is_local(self, engine_id: int) -> bool:
+        """Did a launcher of this kernel start this engine on this machine (by PID)?"""
+        info = self._info.get(engine_id)
+        return info is not None and self._is_local(info)
+
     def condemn(self, engine_ids: Iterable[int], kill: Iterable[int] = ()) -> None:
         """After a failure: these engines' TF state is unusable; kill the local ones still
         blocked (``kill``). Replacement happens in ``heal``, on the cluster's next use."""
@@ -226,13 +275,20 @@ class EnginePool:
         pids = {self._info[e].pid for e in kill if e in self._info and self._is_local(self._info[e])}
         reap(pids, deadline=0)
 
-    def heal(self) -> None:
-        """Replace engines that died or hold unusable TF state."""
+    def heal(self, reachable_only: bool = False) -> None:
+        """Replace engines that died or hold unusable TF state. ``reachable_only``: leave
+        out engines gone from hosts this machine cannot reach (cut off the network: a
+        replacement there cannot start); they are replaced on the cluster's next use."""
         if self.client is None:
             return
         bad = [e for e, info in self._info.items()
                if not self.state(e).usable or e not in self.client.ids
                or (self._is_local(info) and not alive(info.pid))]
+        if reachable_only:
+            from workbench.kernel.remote import answer
+
+            bad = [e for e in bad if e in self.client.ids or self._is_local(self._info[e])
+                   or answer(f"{self._info[e].address}:{self._info[e].port}", timeout=1.0) != "silent"]
         if bad:
             self.recycle(bad)
 
@@ -307,6 +363,20 @@ def warn_if_exposed(engines: Iterable[roles.EngineInfo]) -> bool:
         "training processes. Run such clusters only on a private network, or behind a firewall that admits "
         "only the cluster's own hosts.", UserWarning, stacklevel=3)
     return True
+
+
+def warn_unshared_run_dir(run_dir: str, hosts: list[str]) -> None:
+    """Warn that engines on ``hosts`` do not see the kernel's run directory: what the
+    workbench does about it, and what does not work there."""
+    warnings.warn(
+        f"Engines on {', '.join(hosts)} do not see this kernel's run directory {run_dir} (no shared filesystem "
+        "there). The workbench carries the run through ipyparallel instead: history, events and weights as "
+        "always, run.stop() as a request to the running tasks, the files those tasks write (metrics, the "
+        "chief's checkpoints and TensorBoard logs) copied here when the run ends, and a checkpoint copied to "
+        "them for run.resume(). What does not work there: the STOP file (the CLI's and the panel's stop), "
+        "checkpoints of a run whose chief's host is lost before the run ends, live TensorBoard logs and "
+        "live metrics files for another kernel. Give every host the kernel's directory (WORKBENCH_HOME on a "
+        "shared filesystem, mounted at the same path on every host) for all of it.", UserWarning, stacklevel=4)
 
 
 def _retarget_all(tasks: list[roles.Task], mapping: dict[int, int],

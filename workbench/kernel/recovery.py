@@ -17,7 +17,7 @@ import cloudpickle
 
 from workbench.engine import entry
 from workbench.errors import EngineError, RunStalled
-from workbench.kernel.remote import unreachable
+from workbench.kernel.remote import answer, unreachable
 
 
 class EngineWatch:
@@ -29,6 +29,7 @@ class EngineWatch:
         self.replace_workers = replace_workers
         self._threads = {}  # task name -> replacement thread
         self._last_check = 0.0
+        self._recycling = threading.Lock()  # one recycling of this run's engines at a time
 
     def check(self, every: float = 0.25) -> EngineError | None:
         """Called from the run's watcher. Starts replacing lost PS workers; returns an
@@ -37,6 +38,7 @@ class EngineWatch:
         if now - self._last_check < every:
             return None
         self._last_check = now
+        lost = []
         for t in list(self.run.tasks):
             name = t.name
             busy = name in self._threads and self._threads[name].is_alive()
@@ -45,24 +47,53 @@ class EngineWatch:
             if not (self.replace_workers and t.role == "worker"):
                 return self.lost(t)
             self.run.note("worker_lost", task=name, engine=t.engine_id, step=self.run.step)
+            lost.append(t)
+        if lost:
             # the coordinator keeps reconnecting in the background after the run; a later
             # run in that process has crashed it: its engine is replaced after this run
             self.run.cluster.pool.condemn([c.engine_id for c in self.run.tasks if c.role == "chief"])
-            thread = threading.Thread(target=self._replace, args=(t,), daemon=True,
-                                      name=f"workbench-replace-{name}")
-            self._threads[name] = thread
+            # workers lost together (a host's) are replaced together: one recycling at a time
+            thread = threading.Thread(target=self._replace, args=(lost,), daemon=True,
+                                      name=f"workbench-replace-{'-'.join(t.name for t in lost)}")
+            for t in lost:
+                self._threads[t.name] = thread
             thread.start()
+        return None
+
+    def lost_peer(self, failed: Any) -> Any | None:
+        """When ``failed`` raised in a synchronous run: the peer whose loss it saw, if any
+        (a task whose engine left, or, on another host, whose TF server no longer answers:
+        the controller's heartbeat notices a lost host seconds after its peers do), else None.
+        Before the first step peers may still be starting their servers: None."""
+        pool = self.run.cluster.pool
+        if self.run.step == 0:
+            return None
+        for t in self.run.tasks:
+            if t is failed:
+                continue
+            if not pool.alive(t.engine_id):
+                return t
+            if t.target and not pool.is_local(t.engine_id) and answer(t.target, timeout=1.0) != "open":
+                return t
         return None
 
     def lost(self, task: Any) -> EngineError:
         """The error for a task whose engine died."""
         run, name = self.run, task.name
+        pool = run.cluster.pool
         info = run.cluster.engine_info.get(task.engine_id)
+        host = getattr(info, "host", None) or task.host
         saved = run.checkpoint_steps()
         resume = (f"its last checkpoint is at step {max(saved)}" if saved else "it saved no checkpoint yet")
+        why, where = "its process ended", ""
+        if not pool.is_local(task.engine_id):  # on another host: its process gone, or its host cut off?
+            where = f" on {host}"
+            if task.target and answer(task.target) == "silent":
+                why = (f"its host {host} is unreachable: {task.target} does not answer from here (a machine "
+                       "down or a link cut)")
         return EngineError(
-            f"{name} (engine {task.engine_id}, pid {getattr(info, 'pid', '?')}) was lost at step {run.step}: "
-            f"its process ended. The run stopped; {resume}. run.resume() starts its tasks on fresh "
+            f"{name} (engine {task.engine_id}{where}, pid {getattr(info, 'pid', '?')}) was lost at step "
+            f"{run.step}: {why}. The run stopped; {resume}. run.resume() starts its tasks on fresh "
             "engines and continues from there.",
             role=task.role, task=task.index, engine_id=task.engine_id)
 
@@ -84,19 +115,32 @@ class EngineWatch:
                           "Its engines are being recycled.", role=first.role, task=first.index,
                           engine_id=first.engine_id)
 
-    def _replace(self, task):
-        run, name = self.run, task.name
+    def _replace(self, tasks):
+        run = self.run
         pool = run.cluster.pool
         try:
-            mapping = run.cluster.recycle([task.engine_id])
-            new = pool.retarget(task, mapping)
-            ar = run.cluster.client[new.engine_id].apply_async(entry.run_task, cloudpickle.dumps(run.job), new)
-            ar.get(timeout=run.start_timeout)
-            pool.mark([new])
-            run.swap_task(task, new, ar)
-            run.note("worker_replaced", task=name, engine=new.engine_id, step=run.step)
+            with self._recycling:
+                mapping = run.cluster.recycle([t.engine_id for t in tasks])
         except Exception as e:  # the run goes on with the workers it has
-            run.note("worker_not_replaced", task=name, step=run.step, error=f"{type(e).__name__}: {e}")
+            for t in tasks:
+                run.note("worker_not_replaced", task=t.name, step=run.step, error=f"{type(e).__name__}: {e}")
+            return
+        started = []
+        for task in tasks:
+            try:
+                new = pool.retarget(task, mapping)
+                ar = run.cluster.client[new.engine_id].apply_async(entry.run_task, cloudpickle.dumps(run.job), new)
+                started.append((task, new, ar))
+            except Exception as e:
+                run.note("worker_not_replaced", task=task.name, step=run.step, error=f"{type(e).__name__}: {e}")
+        for task, new, ar in started:
+            try:
+                ar.get(timeout=run.start_timeout)
+                pool.mark([new])
+                run.swap_task(task, new, ar)
+                run.note("worker_replaced", task=task.name, engine=new.engine_id, step=run.step)
+            except Exception as e:
+                run.note("worker_not_replaced", task=task.name, step=run.step, error=f"{type(e).__name__}: {e}")
 
     def join(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout

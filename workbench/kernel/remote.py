@@ -84,6 +84,20 @@ def controller_address(connection_info: dict[str, Any]) -> str:
     return ip
 
 
+def answer(target: str, timeout: float = 2.0) -> str:
+    """How ``"address:port"`` answers a TCP connection from here: "open", "refused" (its
+    host is reachable, nothing listens there: the process is gone), or "silent" (no answer
+    at all: the host is down or cut off the network)."""
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+        return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError:  # a timeout, or no route / host unreachable
+        return "silent"
+
+
 def unreachable(targets: Sequence[str], timeout: float = 2.0) -> list[str]:
     """The ``"address:port"`` targets that refuse or ignore a TCP connection from here."""
     from concurrent.futures import ThreadPoolExecutor
@@ -100,6 +114,45 @@ def unreachable(targets: Sequence[str], timeout: float = 2.0) -> list[str]:
         return []
     with ThreadPoolExecutor(min(len(targets), 16)) as pool:
         return [t for t, d in zip(targets, pool.map(down, targets)) if d]
+
+
+def push_run_files(client: Any, tasks: Sequence[Any], run_dir: str, timeout: float) -> None:
+    """Before ``tasks`` start on hosts that do not see ``run_dir``: copy to each engine what
+    its task reads there (``RunDir.read_by``: the checkpoints a resume restores, its metrics
+    file as the kernel kept it), through ipyparallel."""
+    from workbench.engine import rundir
+    from workbench.store import RunDir
+
+    pending = []
+    for t in tasks:
+        files = rundir.read_files(run_dir, RunDir(run_dir).read_by(t.name))
+        if files:
+            pending.append(client[t.engine_id].apply_async(rundir.write_files, run_dir, files))
+    for ar in pending:
+        ar.get(timeout=timeout)
+
+
+def pull_run_files(client: Any, tasks: Sequence[Any], run_dir: str, chief: str | None, timeout: float) -> int:
+    """After a run: copy into this machine's ``run_dir`` what ``tasks`` wrote there on hosts
+    that do not see it (``RunDir.written_by``; ``chief``: the name of the run's chief task),
+    through ipyparallel. Engines that do not answer within ``timeout`` seconds in all (lost,
+    or blocked in a collective) are left out. Returns the number of files copied."""
+    import time
+
+    from workbench.engine import rundir
+    from workbench.store import RunDir
+
+    end = time.monotonic() + timeout
+    pending = [client[t.engine_id].apply_async(rundir.read_files, run_dir, RunDir(run_dir).written_by(t.name, t.name == chief))
+               for t in tasks]
+    copied = 0
+    for ar in pending:
+        try:
+            files = ar.get(timeout=max(0.1, end - time.monotonic()))
+        except Exception:  # noqa: BLE001 - that engine's files stay on its host
+            continue
+        copied += rundir.write_files(run_dir, files)
+    return copied
 
 
 def local_pids(launcher: Any) -> set[int]:

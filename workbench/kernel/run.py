@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, cast
 
 from workbench.common import strategies
 from workbench.common.protocols import Event, EventKind, Metrics, Published, ServerResult, StepRow, TaskResult
@@ -45,7 +45,7 @@ class Run:
 
     def __init__(self, cluster: Any, job: Any, tasks: list, results: dict, stall_timeout: float,
                  start_timeout: float, *, started: float | None = None,
-                 tail: Callable[[], Metrics] | None = None) -> None:
+                 tail: Callable[[], Metrics] | None = None, unshared: Iterable[str] = ()) -> None:
         self.cluster = cluster
         self.job = job
         self.tasks = tasks
@@ -67,7 +67,12 @@ class Run:
         self._done = threading.Event()
         self._dashboard = None
         self._tail = tail  # re-attached runs: reads the metrics files (rows published before)
+        # hosts whose engines do not see the run directory: what they write there is
+        # copied here when the run ends (``remote.pull_run_files``)
+        self.unshared_hosts = sorted(unshared)
         spec = strategies.spec(job.strategy)
+        self._chief = next((t.name for t in tasks if (t.role == spec.chief_role if spec.chief_role else t.index == 0)),
+                           None)
         self._sync = spec.synchronous  # lockstep workers: a lost one can hang the others
         # asynchronous runs outlive a lost worker: the workbench brings a replacement up
         self._engines = EngineWatch(self, replace_workers=spec.has_ps)
@@ -110,10 +115,14 @@ class Run:
         """Block until the run ends; raise the engines' error (with role and traceback) if any."""
         if not self._block(timeout):
             raise TimeoutError(f"Run {self.id} still running after {timeout} s (step {self.step}/{self.job.steps})")
-        self.cluster.pool.heal()
-        if self._error is not None:
-            raise self._error
-        return self
+        if self._error is None:
+            self.cluster.pool.heal()
+            return self
+        try:  # engines the failure left unusable are replaced now, where their host answers
+            self.cluster.pool.heal(reachable_only=True)
+        except Exception as e:  # noqa: BLE001 - the run's own error is what wait() reports
+            self.note("engines_not_replaced", error=f"{type(e).__name__}: {e}", step=self.step)
+        raise self._error
 
     def dashboard(self, interval: float = 0.25, baseline: Any = None) -> Dashboard:
         """The live dashboard widget (shown by default when a run starts in a notebook).
@@ -133,17 +142,25 @@ class Run:
             return self._done.wait(timeout)
         except KeyboardInterrupt:
             print(f"Interrupted: stopping run {self.id} at its next agreed step...", flush=True)
-            RunDir(self.run_dir).request_stop()
+            self._request_stop()
             self._done.wait(60)
             print(f"Run {self.id} stopped at step {self.final_step}; its last checkpoint is in {self.run_dir}.")
             raise
 
     def stop(self, timeout: float = 60) -> "Run":
         """Ask every task to stop at its next agreed step, save a checkpoint, and wait."""
-        RunDir(self.run_dir).request_stop()
+        self._request_stop()
         self._done.wait(timeout)
         self.cluster.pool.heal()
         return self
+
+    def _request_stop(self):
+        """The STOP file in the run directory, and the same request through ipyparallel to
+        tasks still running (engines on hosts without the run directory see that one)."""
+        RunDir(self.run_dir).request_stop()
+        running = [(t.engine_id, self._results[t.name]) for t in list(self.tasks)
+                   if t.name in self._results and not self._results[t.name].ready()]
+        self.cluster.pool.send_stop(running)
 
     @property
     def stopped(self) -> bool:
@@ -461,6 +478,8 @@ class Run:
                     self._collect(name, ar)
             if self._error is not None:
                 self._abort()
+            if self.unshared_hosts:
+                self._pull_files()
             self._finished = time.time()
             self._write_record()
             self._done.set()
@@ -536,6 +555,10 @@ class Run:
             if not self.cluster.pool.alive(task.engine_id):  # ipyparallel: "Engine N died while ..."
                 self._error = self._engines.lost(task)
                 return
+            peer = self._engines.lost_peer(task) if self._sync else None
+            if peer is not None:  # a lockstep peer's loss made this task fail: name the lost one
+                self._error = self._engines.lost(peer)
+                return
             ename = getattr(e, "ename", type(e).__name__)
             evalue = getattr(e, "evalue", str(e))
             tb = _ANSI.sub("", getattr(e, "traceback", None) or str(e))
@@ -567,12 +590,27 @@ class Run:
         """After a failure: stop every task. Synchronous peers blocked in a collective never
         return, so engines still busy after a grace period are killed (local ones, by PID)
         and replaced on the next use of the cluster."""
-        RunDir(self.run_dir).request_stop()
+        self._request_stop()
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline and not all(ar.ready() for ar in self._results.values()):
             time.sleep(_POLL)
         busy = [t.engine_id for t, ar in zip(self.tasks, self._results.values()) if not ar.ready()]
         self.cluster.pool.condemn([t.engine_id for t in self.tasks], kill=busy)
+
+    def _pull_files(self):
+        """Copy what the tasks on hosts without the run directory wrote there (metrics files;
+        the chief's checkpoints, TensorBoard logs, profiles) into it, from engines that ended
+        their task and are still there."""
+        from workbench.kernel import remote
+
+        pool = self.cluster.pool
+        tasks = [t for t in self.tasks if t.host in self.unshared_hosts and self._results[t.name].ready()
+                 and pool.alive(t.engine_id)]
+        if tasks:
+            try:
+                remote.pull_run_files(self.cluster.client, tasks, str(self.run_dir), self._chief, timeout=60)
+            except Exception as e:  # noqa: BLE001 - the run's end is recorded whatever happens here
+                self.note("run_files_not_copied", error=f"{type(e).__name__}: {e}", step=self.step)
 
     def abandon(self) -> None:
         """The cluster is stopping under this run: it ends as stopped by the cluster."""

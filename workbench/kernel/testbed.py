@@ -18,6 +18,7 @@ by PID, then anything left in the namespaces, then the namespaces and links.
 import json
 import os
 import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -36,26 +37,35 @@ _PACKAGES = {"/usr/sbin/tc": "iproute2", "/usr/sbin/sshd": "openssh-server", "/u
 
 
 def testbed(hosts: int | Sequence[str] = 2, *, link: str | dict[str, str | None] | None = None, timeout: float = 30.0,
-            slurm: bool = False) -> "Testbed":
+            slurm: bool = False, private: Sequence[str] = ()) -> "Testbed":
     """Create ``hosts`` emulated hosts (an int, or a list of host names) and return the
     ``Testbed``; use it as a context manager, or call ``close()``. ``slurm=True`` adds a
     Slurm cluster of the hosts (munged, slurmctld, a slurmd each: Debian's slurm-wlm, munge).
 
+    ``private``: absolute paths of directories that each host sees as an empty directory of
+    its own (a tmpfs in its own mount namespace), not this machine's: hosts that do not
+    share the kernel's files there (e.g. ``private=[os.environ["WORKBENCH_HOME"]]``).
+
     ``link`` sets every host's link bandwidth ("1gbit", "100mbit", ...), or per host with
     a dict (``{"h1": "100mbit"}``; hosts not named stay unshaped); None leaves links
     unshaped. Only bandwidth is emulated: this kernel has no netem (no latency, no loss)."""
-    return Testbed(hosts, link=link, timeout=timeout, slurm=slurm)
+    return Testbed(hosts, link=link, timeout=timeout, slurm=slurm, private=private)
 
 
 class Testbed:
     """N emulated hosts with an sshd each. See the module's docstring."""
 
     def __init__(self, hosts: int | Sequence[str] = 2, *, link: str | dict[str, str | None] | None = None,
-                 timeout: float = 30.0, slurm: bool = False) -> None:
+                 timeout: float = 30.0, slurm: bool = False, private: Sequence[str] = ()) -> None:
         names = [f"h{i + 1}" for i in range(hosts)] if isinstance(hosts, int) and not isinstance(hosts, bool) else hosts
         if not isinstance(names, (list, tuple)) or not 1 <= len(names) <= 200 or len(set(names)) != len(names) \
                 or not all(isinstance(n, str) and n.isalnum() and len(n) <= 8 for n in names):
             raise invalid("hosts", hosts, "an int in 1..200, or a list of distinct alphanumeric names of at most 8 characters")
+        if isinstance(private, (str, os.PathLike)) or not all(
+                isinstance(p, (str, os.PathLike)) and os.path.isabs(p) and os.path.normpath(p) != "/" for p in private):
+            raise invalid("private", private, "a list of absolute directory paths other than /, "
+                          "e.g. private=['/root/.workbench']")
+        self.private = [os.path.normpath(os.fspath(p)) for p in private]
         from workbench.kernel import links
 
         rates = links.parse_links(link, names)
@@ -266,6 +276,8 @@ class Testbed:
 
     def _start_sshds(self):
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
+        for path in self.private:  # the mount points, in this machine's view
+            os.makedirs(path, exist_ok=True)
         for name, address in self.hosts.items():
             conf = os.path.join(self.dir, f"sshd_{name}.conf")
             with open(conf, "w") as f:
@@ -278,10 +290,14 @@ class Testbed:
                     "Subsystem sftp /usr/lib/openssh/sftp-server",  # scp in OpenSSH 9 needs it
                 ]) + "\n")
             ns = self._state["netns"][name]
+            # a private directory: an empty tmpfs over it in the host's own mount namespace
+            # (unshare --mount: private propagation, so nothing reaches this machine's view)
+            mounts = "".join(f"mount -t tmpfs -o size=256m,mode=0755 wb-{name} {shlex.quote(p)} && "
+                             for p in self.private)
             # ip netns exec, unshare and sh all exec: the Popen's PID is sshd's
             proc = subprocess.Popen(
-                ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c",
-                 f"hostname {name} && exec /usr/sbin/sshd -D -e -f {conf}"],
+                ["ip", "netns", "exec", ns, "unshare", "--uts", *(["--mount"] if self.private else []), "sh", "-c",
+                 f"hostname {name} && {mounts}exec /usr/sbin/sshd -D -e -f {conf}"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=open(os.path.join(self.dir, f"sshd_{name}.log"), "wb"), start_new_session=True)
             self._sshd[name] = proc
@@ -381,7 +397,7 @@ def _is_engine(pid):
             cmd = f.read().replace(b"\0", b" ")
     except OSError:
         return False
-    return b"ipyparallel.engine" in cmd or b"ipengine" in cmd
+    return b"ipyparallel.engine" in cmd or b"ipengine" in cmd or b"workbench.engine.start" in cmd
 
 
 def _require_tools():

@@ -165,9 +165,13 @@ class RunDir:
     def profile_request_file(self) -> Path:
         return self.path / "PROFILE"
 
+    @property
+    def profiles_dir(self) -> Path:
+        return self.path / "profile"
+
     def profile_dir(self, request: int, task: str) -> Path:
         """Where task ``task`` ("worker:0") writes the trace of profile request ``request``."""
-        return self.path / "profile" / str(request) / task.replace(":", "-")
+        return self.profiles_dir / str(request) / task.replace(":", "-")
 
     def request_profile(self, request: int, start: int, steps: int) -> None:
         """Ask every task to trace ``steps`` steps from step ``start`` (they poll
@@ -250,6 +254,19 @@ class RunDir:
                 elif "event" in row:
                     events.append(row["event"])
         return {"rows": rows, "events": events}
+
+    def written_by(self, task: str, chief: bool) -> list[str]:
+        """What task ``task`` writes here (paths relative to the directory): its metrics file
+        and, the run's chief, checkpoints, TensorBoard logs and profiles."""
+        parts = [str(self.metrics_file(task).relative_to(self.path))]
+        if chief:
+            parts += [d.name for d in (self.checkpoints_dir, self.tensorboard_dir, self.profiles_dir)]
+        return parts
+
+    def read_by(self, task: str) -> list[str]:
+        """What task ``task`` reads here when it starts (relative paths): the checkpoints a
+        resume restores, and its metrics file, which it appends to."""
+        return [self.checkpoints_dir.name, str(self.metrics_file(task).relative_to(self.path))]
 
     def truncate(self, step: int) -> None:
         """Drop the metrics rows and events after ``step`` (a resume starts after it): steps

@@ -1,0 +1,113 @@
+"""Faults across (emulated) hosts: a machine lost mid-run (every engine of one host killed)
+behaves as losing those engines on one machine (tests/test_faults.py): a parameter-server
+run replaces its lost workers on their host, which is up again, and completes; a
+multi-worker-mirrored run fails fast naming the lost task, and resumes to the exact step.
+A host cut off the network fails a synchronous run within 60 s naming the task it can no
+longer reach, never a hang."""
+
+import time
+
+import pytest
+
+import workbench as wb
+from checks import wait_for
+
+pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
+
+DIGITS = wb.datasets.digits()
+MLP = wb.models.mlp((64, 32))
+STEPS, EVERY = 2000, 400
+
+
+@pytest.fixture(scope="module")
+def bed():
+    with wb.testbed(hosts=3) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def cluster(bed):
+    # 4 engines on 3 hosts: tasks spread round-robin over hosts, so one host carries only
+    # workers of a parameter-server run, and the two workers of an MWMS run are on two hosts
+    c = wb.Cluster(**bed.ssh_cluster({"h1": 1, "h2": 1, "h3": 2}), timeout=120)
+    with pytest.warns(UserWarning, match="TensorFlow's gRPC servers"):
+        c.start()
+    yield c
+    c.stop()
+
+
+def start(cluster, strategy, steps=STEPS, **kw):
+    topology = dict(workers=2, ps=1) if strategy == "parameter_server" else dict(workers=2)
+    run = cluster.train(MLP, DIGITS, strategy=strategy, global_batch_size=64, steps=steps, learning_rate=0.05,
+                        checkpoint_every=EVERY, **topology, **kw)
+    wait_for(lambda: run.step >= EVERY + 100 or run.done, 180, lambda: f"step {EVERY + 100}; at {run.step}")
+    assert not run.done, run.error
+    return run
+
+
+def hosts_of(run):
+    """{host: [task name, ...]} of a run's tasks."""
+    out = {}
+    for t in run.tasks:
+        out.setdefault(t.host, []).append(t.name)
+    return out
+
+
+def test_a_lost_host_of_parameter_server_workers_is_replaced_there_and_the_run_completes(cluster, bed):
+    run = start(cluster, "parameter_server")
+    placed = hosts_of(run)
+    host = next(h for h, names in placed.items() if all(n.startswith("worker:") for n in names))
+    lost = sorted(placed[host])
+    before = {t.name: t for t in run.tasks}
+    killed = bed.kill_engines(host)
+    assert len(killed) >= len(lost)
+    run.wait(timeout=300)
+    assert run.final_step == STEPS and not run.stopped
+    assert sorted(run.history.step) == list(range(1, STEPS + 1)), "every step reported exactly once"
+    ev = run.events
+    assert sorted(ev[ev.kind == "worker_lost"].task) == lost
+    assert sorted(ev[ev.kind == "worker_replaced"].task) == lost, ev[ev.kind.str.startswith("worker")]
+    for name in lost:  # a fresh engine on the same host and port: the coordinator's address
+        new = next(t for t in run.tasks if t.name == name)
+        assert new.engine_id != before[name].engine_id and new.target == before[name].target
+        assert cluster.engine_info[new.engine_id].host == host
+    injected = ev[ev.kind == "injected"]
+    assert list(injected.fault) == ["kill_engines"] and list(injected.host) == [host]
+
+
+def test_a_lost_host_fails_mwms_fast_naming_its_task_and_resume_completes(cluster, bed):
+    run = start(cluster, "multi_worker_mirrored")
+    host = next(t.host for t in run.tasks if t.name == "worker:1")
+    assert hosts_of(run)[host] == ["worker:1"]
+    bed.kill_engines(host)
+    t0 = time.monotonic()
+    with pytest.raises(wb.EngineError) as info:
+        run.wait(timeout=60)
+    print(f"lost host {host}: the run failed {time.monotonic() - t0:.1f} s after the kill")
+    assert time.monotonic() - t0 < 60
+    assert str(info.value).startswith("worker:1 (engine ")
+    assert f"on {host}" in str(info.value) and "its process ended" in str(info.value)
+    saved = max(run.checkpoint_steps())
+    resumed = run.resume().wait(timeout=300)
+    assert resumed.final_step == STEPS
+    h = resumed.history
+    for w in ("worker:0", "worker:1"):
+        assert list(h[h.worker == w].step) == list(range(saved + 1, STEPS + 1))
+    assert host in set(t.host for t in resumed.tasks) | set(cluster.engines.host)
+
+
+def test_a_link_taken_down_fails_mwms_within_60s_naming_the_unreachable_task(cluster, bed):
+    run = start(cluster, "multi_worker_mirrored", steps=100_000)
+    task = next(t for t in run.tasks if t.name == "worker:1")
+    bed.link_down(task.host)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(wb.EngineError) as info:
+            run.wait(timeout=60)
+        print(f"link of {task.host} down: the run failed {time.monotonic() - t0:.1f} s later: {info.value}")
+        assert time.monotonic() - t0 < 60
+    finally:
+        bed.link_up(task.host)
+    message = str(info.value)
+    assert message.startswith("worker:1 (engine ") and f"on {task.host}" in message
+    assert f"{task.target} does not answer" in message and "unreachable" in message
