@@ -8,6 +8,7 @@ import os
 import signal
 import time
 
+import psutil
 import pytest
 
 import workbench as wb
@@ -33,35 +34,71 @@ def kill(cluster, run, role, index):
     return task
 
 
-def start(cluster, strategy, **kw):
+def start(cluster, strategy, steps=STEPS, **kw):
     topology = dict(workers=2, ps=1) if strategy == "parameter_server" else dict(workers=2)
-    run = cluster.train(MLP, DIGITS, strategy=strategy, global_batch_size=64, steps=STEPS, learning_rate=0.05,
+    run = cluster.train(MLP, DIGITS, strategy=strategy, global_batch_size=64, steps=steps, learning_rate=0.05,
                         checkpoint_every=EVERY, **topology, **kw)
     wait_for(lambda: run.step >= EVERY + 100, 120, lambda: f"step {EVERY + 100}; at {run.step}")
     return run
 
 
-def test_a_lost_parameter_server_worker_is_replaced_and_the_run_completes(cluster):
-    run = start(cluster, "parameter_server")
-    lost = kill(cluster, run, "worker", 1)
-    run.wait(timeout=300)
-    assert run.final_step == STEPS and not run.stopped
+# From the kill to the replacement's first step, measured here: 2.3 s idle, 2.9 s with two
+# busy loops on the 2 cores, on the cluster's spare engine. Before it (a new engine started
+# and importing TF after the loss) 6.6 s idle, 13.7 s with the busy loops, and ~36 s in
+# walkthrough 07 on a machine loaded by a whole test run (issue 19).
+REPLACED_WITHIN = 30
+
+
+def first_step_of_replacement(run, name):
+    """The time of the first step ``name`` reported after its replacement engine's TF server
+    came up (the worker_replaced event), or None yet. Earlier rows under that name are the
+    lost engine's."""
+    events = run.events
+    if "task" not in events:
+        return None
+    replaced = events[(events.kind == "worker_replaced") & (events.task == name)]
+    if replaced.empty:
+        return None
     h = run.history
-    assert sorted(h.step) == list(range(1, STEPS + 1)), "every step reported exactly once"
+    mine = h[(h.worker == name) & (h.time > replaced.time.iloc[0])]
+    return float(mine.time.min()) if len(mine) else None
+
+
+def test_a_lost_parameter_server_worker_is_replaced_promptly_and_shown(cluster):
+    run = start(cluster, "parameter_server", steps=1_000_000)  # stopped once the replacement has stepped
+    dash = run.dashboard(interval=0.25)
+    dead = cluster.engine_info[next(t for t in run.tasks if t.name == "worker:1").engine_id].pid
+    killed_at = time.time()
+    lost = kill(cluster, run, "worker", 1)
+    try:
+        first = wait_for(lambda: first_step_of_replacement(run, "worker:1"), 2 * REPLACED_WITHIN,
+                         lambda: f"a step of the replacement; at step {run.step}, events {run.events.to_dict('records')}")
+    finally:
+        run.stop()
+    assert first - killed_at < REPLACED_WITHIN, f"the replacement's first step came {first - killed_at:.1f} s after the kill"
+    assert run.stopped and run.failure is None
+    h = run.history
+    assert sorted(h.step) == list(range(1, run.final_step + 1)), "every step reported exactly once"
     # steps in flight on the lost worker may be re-run on the other: the model's own counter
     # is a lower bound, and exceeds it by at most the functions in flight (2 per worker,
     # 10 steps each) plus the one the worker was running
-    model_steps = [e for e in run._events if e["kind"] == "checkpoint"][-1]["model_steps"]
-    assert STEPS <= model_steps <= STEPS + (2 * 2 + 1) * 10
+    model_steps = run.events.query("kind == 'checkpoint'").model_steps.iloc[-1]
+    assert run.final_step <= model_steps <= run.final_step + (2 * 2 + 1) * 10
     events = run.events.set_index("kind")
     assert events.loc["worker_lost", "task"] == "worker:1"
     assert events.loc["worker_replaced", "task"] == "worker:1"
     new = next(t for t in run.tasks if (t.role, t.index) == ("worker", 1))
     assert new.engine_id != lost.engine_id and new.target == lost.target, "same port, new engine"
-    assert run.placement.set_index(["role", "task"]).loc[("worker", 1), "engine"] == new.engine_id
-    replaced_at = events.loc["worker_replaced", "step"]
-    if replaced_at < STEPS - 200:  # the coordinator picked the new worker up again
-        assert (h[h.worker == "worker:1"].step > replaced_at).any()
+    pid = cluster.engine_info[new.engine_id].pid
+    # the replacement is the spare started with the run, not a process started after the loss
+    assert psutil.Process(pid).create_time() < killed_at
+    # every view shows the replacement, none the dead engine
+    tasks = run.placement[run.placement.variable.isna()].set_index(["role", "task"])
+    assert tuple(tasks.loc[("worker", 1), ["engine", "pid"]]) == (new.engine_id, pid)
+    assert dead not in set(tasks.pid) and dead not in set(cluster.engines.pid) and pid in set(cluster.engines.pid)
+    wait_for(lambda: f"pid {pid}<" in dash.placement.value, 10, lambda: f"pid {pid} in the placement view")
+    assert f"pid {dead}<" not in dash.placement.value and f"<td>{dead}</td>" not in dash.placement.value
+    assert f"worker:1 (engine {new.engine_id}: " in dash.engines.value
     # the cluster is usable afterwards, on the replacement engine too
     again = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
                           steps=100, checkpoint_every=0).wait(timeout=300)
@@ -85,7 +122,7 @@ def test_a_lost_task_fails_fast_naming_it_and_resume_completes_exactly(cluster, 
     assert str(info.value).startswith(f"{role}:{index} (engine ")
     assert "was lost at step" in str(info.value) and "checkpoint is at step" in str(info.value)
     reached = run.step
-    saved = max(e["step"] for e in run._events if e["kind"] == "checkpoint")
+    saved = int(run.events.query("kind == 'checkpoint'").step.max())
     assert reached - saved <= EVERY, "at most one checkpoint interval is lost"
     resumed = run.resume().wait(timeout=300)
     assert resumed.final_step == STEPS

@@ -37,7 +37,7 @@ class Dashboard:
         self.updates = 0
         self._display_id = None
         self._stopping = False
-        self._placement_rows = 0
+        self._placement_key = None  # what the placement view last drew
         self._newest = 0.0
         self.latencies = []  # seconds from the newest step's end on an engine to this update
 
@@ -230,8 +230,11 @@ class Dashboard:
         self.status.value = f"<span class='wb-state'>{html.escape(self._status_text())}</span>"
         placement = run.placement
         tasks, variables = render.placement_tables(placement)
-        if tasks and len(placement) != self._placement_rows:  # tasks report one by one
-            self._placement_rows = len(placement)
+        # tasks report one by one, and a replaced worker reports again from its new engine
+        # (same rows, another engine and pid): redraw on either
+        key = (len(placement), tuple((t.get("role"), t.get("task"), t.get("engine"), t.get("pid")) for t in tasks))
+        if tasks and key != self._placement_key:
+            self._placement_key = key
             per = render.bytes_per_task(variables)
             table = placement.astype(object).fillna("").to_html(index=False, max_rows=60)
             self.placement.value = (render.placement_svg(tasks, variables) +

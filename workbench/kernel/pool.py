@@ -294,7 +294,11 @@ class EnginePool:
 
     # -- recycling ---------------------------------------------------------------------
     def recycle(self, engine_ids: Iterable[int]) -> dict[int, int]:
-        """Replace engines ``engine_ids`` with fresh ones on the same ports. Returns {old: new}."""
+        """Replace engines ``engine_ids`` with fresh ones on the same ports. Returns {old: new}.
+
+        Registered engines outside the inventory (a local cluster's spare,
+        ``Cluster.keep_standby``) are taken first; the engines the restart starts register
+        later and become the next spares."""
         engine_ids = sorted(engine_ids)
         old = {e: self._info[e] for e in engine_ids}
         # raises, the pool unchanged, where it cannot; a launcher that restarts its whole
