@@ -47,6 +47,14 @@ def test_history_has_each_hosts_bytes_per_step_and_link_utilisation(cluster, bed
         assert 0 < util <= 1.1
     text = run.dashboard()._throughput_text(h)
     assert "busiest link h" in text
+    # the placement picture: both hosts' links at their rate and use over the run, the busiest in red
+    from workbench.kernel import render
+
+    state = render.link_state(run)
+    svg = render.snapshot_html(run, "finished")
+    print({host: f"{s['util']:.2f}" for host, s in state.items()})
+    assert set(state) == set(bed.hosts) and all(0.05 < s["util"] <= 1.1 for s in state.values())
+    assert svg.count("link 100mbit") == 2 and svg.count("wb-busiest") == 1 and svg.count("% used") == 2
 
 
 def test_a_link_slowed_while_a_run_trains_is_an_event_and_fills_up(cluster, bed):

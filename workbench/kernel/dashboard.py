@@ -37,6 +37,7 @@ class Dashboard:
         self._display_id = None
         self._stopping = False
         self._placement_rows = 0
+        self._links_drawn = None  # runs on a test bed: the link state the placement picture shows
         self._newest = 0.0
         self.latencies = []  # seconds from the newest step's end on an engine to this update
 
@@ -229,11 +230,12 @@ class Dashboard:
         self.status.value = f"<span class='wb-state'>{html.escape(self._status_text())}</span>"
         placement = run.placement
         tasks, variables = render.placement_tables(placement)
-        if tasks and len(placement) != self._placement_rows:  # tasks report one by one
-            self._placement_rows = len(placement)
+        link_state = render.link_state(run)  # runs on a test bed: each link's rate and use, live
+        if tasks and (len(placement) != self._placement_rows or link_state != self._links_drawn):  # tasks report one by one
+            self._placement_rows, self._links_drawn = len(placement), link_state
             per = render.bytes_per_task(variables)
             table = placement.astype(object).fillna("").to_html(index=False, max_rows=60)
-            self.placement.value = (render.placement_svg(tasks, variables) +
+            self.placement.value = (render.placement_svg(tasks, variables, links=link_state) +
                                     "<div>bytes of variables per task: " +
                                     ", ".join(f"{html.escape(k)} {v:,}" for k, v in per.items()) +
                                     f"</div><details><summary>table</summary>{table}</details>")

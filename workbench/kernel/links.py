@@ -229,24 +229,36 @@ class LinkWatch:
             h[f"link_util_{host}"] = np.maximum(moved["tx"], moved["rx"]) * 8 / span / rate
         return h
 
+    def state(self, window=2.0, since=None):
+        """{host: {"rate": bits/s or None, "bytes_per_s": the busier direction's bytes/s,
+        "util": bytes_per_s over the rate, None if unshaped}} over the last ``window``
+        seconds of samples, or from time ``since`` (``time.time()``) on; hosts with fewer
+        than two samples in it are left out."""
+        samples = self.frame()
+        out = {}
+        for host, s in samples.groupby("host", sort=False):
+            first = s["time"].iloc[-1] - window if since is None else since
+            recent = s[s["time"] >= first]
+            dt = recent["time"].iloc[-1] - recent["time"].iloc[0] if len(recent) >= 2 else 0
+            if dt <= 0:
+                continue
+            moved = max(recent["sent"].iloc[-1] - recent["sent"].iloc[0],
+                        recent["received"].iloc[-1] - recent["received"].iloc[0]) / dt
+            bits = recent["rate"].iloc[-1]
+            bits = None if bits is None or bits != bits else int(bits)
+            out[host] = {"rate": bits, "bytes_per_s": float(moved), "util": None if bits is None else moved * 8 / bits}
+        return out
+
     def busiest(self, window=2.0):
         """(host, utilisation or None, bytes/s) of the link that moved most in the last
         ``window`` seconds, or None before two samples."""
-        samples = self.frame()
-        if samples.empty:
-            return None
-        best = None
-        for host, s in samples.groupby("host"):
-            recent = s[s["time"] >= s["time"].iloc[-1] - window]
-            if len(recent) < 2:
-                continue
-            dt = recent["time"].iloc[-1] - recent["time"].iloc[0]
-            if dt <= 0:
-                continue
-            rate = max(recent["sent"].iloc[-1] - recent["sent"].iloc[0],
-                       recent["received"].iloc[-1] - recent["received"].iloc[0]) / dt
-            bits = recent["rate"].iloc[-1]
-            util = None if bits is None or bits != bits else rate * 8 / bits
-            if best is None or rate > best[2]:
-                best = (host, util, rate)
-        return best
+        return busiest(self.state(window))
+
+
+def busiest(state):
+    """(host, utilisation or None, bytes/s) of the link of ``state`` (``LinkWatch.state``)
+    that moved the most bytes, or None if it is empty."""
+    if not state:
+        return None
+    host = max(state, key=lambda h: state[h]["bytes_per_s"])
+    return host, state[host]["util"], state[host]["bytes_per_s"]
