@@ -79,6 +79,36 @@ def test_set_link_changes_the_rate_at_once_and_none_unshapes(bed):
         bed.set_link("h2", None)
 
 
+def test_a_rate_lowered_under_full_traffic_keeps_the_link_moving(bed):
+    """A link slowed while its queue holds full-size (GSO) packets must carry on at the new
+    rate; with a bucket of 64 KiB it stalled for good."""
+    receiver = subprocess.Popen(["ip", "netns", "exec", bed.netns("h3"), sys.executable, "-c", RECEIVE,
+                                 bed.hosts["h3"], str(10 ** 10)], stdout=subprocess.PIPE, text=True)
+    sender = None
+    try:
+        assert receiver.stdout.readline().strip() == "ready"
+        bed.set_link("h3", "1gbit")
+        sender = subprocess.Popen(["ip", "netns", "exec", bed.netns("h2"), sys.executable, "-c", SEND,
+                                   bed.hosts["h3"], str(10 ** 10)])
+        from checks import wait_for
+
+        start = links.counters(bed.veth("h3"))[1]
+        wait_for(lambda: links.counters(bed.veth("h3"))[1] - start > 20_000_000, 30, lambda: "20 MB into h3 at 1 gbit")
+        bed.set_link("h3", "50mbit")  # while the queue is full
+        time.sleep(0.2)  # the old queue drains
+        before = links.counters(bed.veth("h3"))[1]
+        time.sleep(1.0)  # a measurement window
+        moved = links.counters(bed.veth("h3"))[1] - before
+        print(f"h3 received {moved * 8 / 1e6:.1f} Mbit in the 1 s after its link went from 1 gbit to 50 mbit")
+        assert 0.8 * 50e6 / 8 <= moved <= 1.1 * 50e6 / 8
+    finally:
+        for p in (sender, receiver):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+        bed.set_link("h3", None)
+
+
 def test_counters_see_what_a_host_sent_and_received(bed):
     sent0, received0 = links.counters(bed.veth("h3"))
     stream(bed, "h3", "h2", 10_000_000)
@@ -142,7 +172,7 @@ class LiveRun:
     def __init__(self):
         self.noted = []
 
-    def _note(self, kind, **info):
+    def note(self, kind, **info):
         self.noted.append(dict(info, kind=kind))
 
 

@@ -27,6 +27,10 @@ _EXPECTED = 'a rate such as "100mbit" or "1gbit" (units bit, kbit, mbit, gbit; 1
 SAMPLE_EVERY = 0.1  # seconds between counter samples while a run trains
 BATCH_GAP = 0.002  # rows of one worker closer than this in time were published as one batch
 WINDOW = 1.0  # seconds of traffic that bytes per step and utilisation average over
+# tbf's smallest bucket: twice a GSO packet (64 KiB of payload plus its headers). A packet
+# the bucket cannot hold never leaves: with 64 KiB, lowering 100 to 50 mbit under traffic
+# left 213 packets stuck in the queue and the link dead for good (replace keeps the queue).
+MIN_BURST = 128 * 1024
 
 _beds = weakref.WeakSet()  # open test beds in this process
 _watches = weakref.WeakSet()  # live LinkWatch objects (they record injected faults)
@@ -79,9 +83,9 @@ def shape(veth, netns, bits):
             if out.returncode != 0 and "No such file" not in out.stderr and "Cannot delete qdisc with handle of zero" not in out.stderr:
                 raise TestbedError(f"`{' '.join(prefix)} qdisc del dev {dev} root` failed: {out.stderr.strip()}")
             continue
-        # the bucket holds 10 ms of traffic (at least 64 KiB: a GSO packet must fit), the
-        # queue 20 ms: enough for one TCP stream to fill the rate, little added delay
-        burst = max(64 * 1024, bits // 8 // 100)
+        # the bucket holds 10 ms of traffic, at least MIN_BURST; the queue 20 ms: enough for
+        # one TCP stream to fill the rate, little added delay
+        burst = max(MIN_BURST, bits // 8 // 100)
         cmd = [*prefix, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{bits}bit",
                "burst", str(burst), "latency", "20ms"]
         out = subprocess.run(cmd, capture_output=True, text=True)
