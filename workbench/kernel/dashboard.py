@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from workbench.kernel import links, livestats, render
+from workbench.kernel import fault_controls, links, livestats, render
 from workbench.store import RunDir
 
 MIME_WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -129,13 +129,14 @@ class Dashboard:
                         f"workers={run.job.workers} ps={run.job.ps} · global batch {run.job.global_batch_size}")
         loss_box = W.VBox([W.HBox([self.x_choice, self.smooth]), self.loss_fig])
         thr_box = W.VBox([self.thr_text, self.thr_fig])
+        self.faults = fault_controls.for_run(run)  # runs on a test bed: link down/up, slow, kill engines
         self.widget = W.VBox([
             header,
             W.HBox([self.progress, self.status, self.stop_button]),
             W.HBox([loss_box, thr_box], layout=W.Layout(flex_flow="row wrap")),
             self.anatomy,
             W.HTML("<b>Device placement</b>"), self.placement,
-            self.engines, self.error,
+            self.engines, self.error, *([self.faults.widget] if self.faults else []),
         ])
         self.widget.add_class("wb-dashboard")
         self._redraw()
