@@ -30,13 +30,21 @@ RATES = {"unshaped": None, "1 Gbit": "1gbit", "100 Mbit": "100mbit"}
 def measure(run):
     """(steady steps/s, median bytes a step each host sent) of a finished run."""
     h = run.history
-    steps = h.drop_duplicates("step").sort_values("step")
-    start = steps[steps.step >= max(2, int(len(steps) * 0.2))].iloc[0]
-    end = steps.iloc[-1]
-    steps_per_s = (end.step - start.step) / max(end.time - start.time, 1e-9)
-    late = h[h.step >= start.step]
+    steps_per_s, first = chunk_rate(h[h.worker == "worker:0"], int(h.step.max() * 0.2))
+    late = h[h.step > first]
     sent = statistics.median(late[c].median() for c in h.columns if c.startswith("link_tx_bytes_"))
     return steps_per_s, sent
+
+
+def chunk_rate(rows, after):
+    """(steps/s, first step counted) between the ends of one worker's chunks past step
+    ``after``. A chunk's steps run in one call and are published with its end time: a rate
+    from a row inside a chunk counts steps that ran before that time."""
+    ends = rows.groupby("time").step.max().sort_index()  # each chunk's last step, at its end
+    ends = ends[ends > after]
+    if len(ends) < 2:
+        raise ValueError(f"fewer than two chunks ended past step {after}: {ends.to_dict()}")
+    return (ends.iloc[-1] - ends.iloc[0]) / (ends.index[-1] - ends.index[0]), int(ends.iloc[0])
 
 
 def main(argv=None):

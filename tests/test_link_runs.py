@@ -47,6 +47,14 @@ def test_history_has_each_hosts_bytes_per_step_and_link_utilisation(cluster, bed
         assert 0 < util <= 1.1
     text = run.dashboard()._throughput_text(h)
     assert "busiest link h" in text
+    # the placement picture: both hosts' links at their rate and use over the run, the busiest in red
+    from workbench.kernel import render
+
+    state = render.link_state(run)
+    svg = render.snapshot_html(run, "finished")
+    print({host: f"{s['util']:.2f}" for host, s in state.items()})
+    assert set(state) == set(bed.hosts) and all(0.05 < s["util"] <= 1.1 for s in state.values())
+    assert svg.count("link 100mbit") == 2 and svg.count("wb-busiest") == 1 and svg.count("% used") == 2
 
 
 def test_a_link_slowed_while_a_run_trains_is_an_event_and_fills_up(cluster, bed):
@@ -68,6 +76,47 @@ def test_a_link_slowed_while_a_run_trains_is_an_event_and_fills_up(cluster, bed)
     assert len(slow)
     assert slow.link_util_h2.median() > 0.7  # the slow link is the bottleneck: it stays full
     assert 0.8 < slow.link_tx_bytes_h2.median() / 153_640 < 2  # the same bytes a step, in more time
+
+
+def test_the_dashboards_fault_buttons_act_on_the_bed_and_are_events(cluster, bed):
+    """Clicked as a user would: slow h2's link, take it down (the synchronous run stalls),
+    bring it up (the run goes on); each click is an ``injected`` event with its step."""
+    run = cluster.train(WIDE, DIGITS, strategy="multi_worker_mirrored", workers=2, global_batch_size=64,
+                        steps=100_000, steps_per_execution=1, checkpoint_every=0, seed=0)  # a row per step
+    faults = run.dashboard().faults
+    try:
+        wait_step(run, 20)
+        faults.host.value, faults.rate.value = "h2", "20mbit"
+        faults.slow.click()
+        assert bed.links["h2"] == 20_000_000 and "h2: link at 20mbit" in faults.result.value
+        slowed = time.time()
+        time.sleep(1.5)  # a measurement window: the run's pace on the 20 Mbit link
+        faults.down.click()
+        down = time.time()
+        time.sleep(0.5)  # a measurement window: nothing crosses h2's link (short: heartbeats cross it too)
+        faults.up.click()
+        up = time.time()
+        wait_rows_after(run, up)  # and the run goes on
+        faults.rate.value = "fast"
+        faults.slow.click()  # refused by the bed, said beside the buttons
+        assert "Received: rate=&#x27;fast&#x27;" in faults.result.value and bed.links["h2"] == 20_000_000
+    finally:
+        bed.link_up("h2")
+        bed.set_link("h2", "100mbit")
+        run.stop()
+    h = run.history
+    ends = h[h.worker == "worker:0"].time
+    before = int(((ends > slowed + 0.5) & (ends <= down)).sum())
+    during = int(((ends > down + 0.2) & (ends <= up)).sum())  # after the step in flight
+    print(f"worker:0's steps at 20 Mbit in 1 s: {before}; in the {up - down - 0.2:.2f} s with h2's link down: "
+          f"{during}; the first step after it came up ended {ends[ends > up].min() - up:.2f} s later")
+    assert before >= 3 and during == 0
+    ev = run.events
+    injected = ev[ev.kind == "injected"]
+    assert list(injected.fault[:3]) == ["set_link", "link_down", "link_up"] and set(injected.host[:3]) == {"h2"}
+    assert injected.rate.iloc[0] == "20mbit" and (injected.step >= 20).all() and injected.step.is_monotonic_increasing
+    faults.down.click()  # the run is over: the bed is left alone
+    assert "the run is over" in faults.result.value and len(run.events[run.events.kind == "injected"]) == len(injected)
 
 
 def wait_rows_after(run, when, timeout=60):

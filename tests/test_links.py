@@ -79,6 +79,36 @@ def test_set_link_changes_the_rate_at_once_and_none_unshapes(bed):
         bed.set_link("h2", None)
 
 
+def test_a_rate_lowered_under_full_traffic_keeps_the_link_moving(bed):
+    """A link slowed while its queue holds full-size (GSO) packets must carry on at the new
+    rate; with a bucket of 64 KiB it stalled for good."""
+    receiver = subprocess.Popen(["ip", "netns", "exec", bed.netns("h3"), sys.executable, "-c", RECEIVE,
+                                 bed.hosts["h3"], str(10 ** 10)], stdout=subprocess.PIPE, text=True)
+    sender = None
+    try:
+        assert receiver.stdout.readline().strip() == "ready"
+        bed.set_link("h3", "1gbit")
+        sender = subprocess.Popen(["ip", "netns", "exec", bed.netns("h2"), sys.executable, "-c", SEND,
+                                   bed.hosts["h3"], str(10 ** 10)])
+        from checks import wait_for
+
+        start = links.counters(bed.veth("h3"))[1]
+        wait_for(lambda: links.counters(bed.veth("h3"))[1] - start > 20_000_000, 30, lambda: "20 MB into h3 at 1 gbit")
+        bed.set_link("h3", "50mbit")  # while the queue is full
+        time.sleep(0.2)  # the old queue drains
+        before = links.counters(bed.veth("h3"))[1]
+        time.sleep(1.0)  # a measurement window
+        moved = links.counters(bed.veth("h3"))[1] - before
+        print(f"h3 received {moved * 8 / 1e6:.1f} Mbit in the 1 s after its link went from 1 gbit to 50 mbit")
+        assert 0.8 * 50e6 / 8 <= moved <= 1.1 * 50e6 / 8
+    finally:
+        for p in (sender, receiver):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+        bed.set_link("h3", None)
+
+
 def test_counters_see_what_a_host_sent_and_received(bed):
     sent0, received0 = links.counters(bed.veth("h3"))
     stream(bed, "h3", "h2", 10_000_000)
@@ -195,3 +225,37 @@ def test_faults_injected_on_a_bed_are_events_of_its_runs(bed):
         ("injected", "set_link", "h3", 7), ("injected", "link_down", "h3", 7), ("injected", "link_up", "h3", 7),
         ("injected", "kill_engines", "h2", 7)]
     assert run.noted[0]["rate"] == "1gbit" and run.noted[3]["pids"] == [engine.pid]
+
+
+def test_the_placement_picture_draws_each_hosts_link_and_highlights_the_busiest():
+    import xml.etree.ElementTree as ET
+
+    from workbench.kernel import render
+
+    tasks = [{"role": "worker", "task": 0, "host": "h1", "engine": 0, "pid": 11, "device": "/device:CPU:0"},
+             {"role": "worker", "task": 1, "host": "h2", "engine": 1, "pid": 12, "device": "/device:CPU:0"}]
+    state = {"h1": {"rate": 100_000_000, "bytes_per_s": 5_000_000.0, "util": 0.4},
+             "h2": {"rate": 100_000_000, "bytes_per_s": 11_000_000.0, "util": 0.88},
+             "h3": {"rate": None, "bytes_per_s": 99e6, "util": None}}  # a bed host without tasks: not drawn
+    svg = render.placement_svg(tasks, [], links=state)
+    root = ET.fromstring(svg)  # well-formed
+    ns = "{http://www.w3.org/2000/svg}"
+    groups = {g.get("class"): ["".join(t.itertext()) for t in g.iter(f"{ns}text")] for g in root.iter(f"{ns}g")}
+    assert groups == {"wb-link": ["link 100mbit", "40% used · 40.0 Mbit/s"],
+                      "wb-link wb-busiest": ["link 100mbit", "88% used · 88.0 Mbit/s · busiest"]}
+    red = [r for r in root.iter(f"{ns}rect") if r.get("stroke") == "#d62728"]
+    assert len(red) == 1  # the busiest host's box
+    assert "host h3" not in svg and "network" in svg
+    # unshaped links say so; without link state the picture is the plain one
+    unshaped = render.placement_svg(tasks, [], links={"h1": {"rate": None, "bytes_per_s": 1e6, "util": None}})
+    assert "link unshaped" in unshaped and "8.0 Mbit/s (unshaped) · busiest" in unshaped
+    assert "wb-link" not in render.placement_svg(tasks, [])
+
+
+def test_link_state_over_a_window_or_since_a_time():
+    watch = links.LinkWatch(FakeBed(), FakeRun())
+    # h1 idle for 2 s, then 1 MB/s (its full 8 Mbit/s) for 2 s
+    watch._samples = [(100.0 + t, "h1", max(t - 2, 0) * 1_000_000, 0, 8_000_000) for t in (0, 1, 2, 3, 4)]
+    assert watch.state(window=2.0) == {"h1": {"rate": 8_000_000, "bytes_per_s": 1e6, "util": 1.0}}
+    assert watch.state(since=100.0)["h1"]["util"] == pytest.approx(0.5)
+    assert watch.state(since=103.5) == {}  # one sample: no rate yet

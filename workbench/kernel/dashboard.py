@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.kernel import links, livestats, render
+from workbench.kernel import fault_controls, links, livestats, render
 from workbench.store import RunDir
 
 MIME_WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -129,13 +129,14 @@ class Dashboard:
                         f"workers={run.job.workers} ps={run.job.ps} · global batch {run.job.global_batch_size}")
         loss_box = W.VBox([W.HBox([self.x_choice, self.smooth]), self.loss_fig])
         thr_box = W.VBox([self.thr_text, self.thr_fig])
+        self.faults = fault_controls.for_run(run)  # runs on a test bed: link down/up, slow, kill engines
         self.widget = W.VBox([
             header,
             W.HBox([self.progress, self.status, self.stop_button]),
             W.HBox([loss_box, thr_box], layout=W.Layout(flex_flow="row wrap")),
             self.anatomy,
             W.HTML("<b>Device placement</b>"), self.placement,
-            self.engines, self.error,
+            self.engines, self.error, *([self.faults.widget] if self.faults else []),
         ])
         self.widget.add_class("wb-dashboard")
         self._redraw()
@@ -231,13 +232,15 @@ class Dashboard:
         placement = run.placement
         tasks, variables = render.placement_tables(placement)
         # tasks report one by one, and a replaced worker reports again from its new engine
-        # (same rows, another engine and pid): redraw on either
-        key = (len(placement), tuple((t.get("role"), t.get("task"), t.get("engine"), t.get("pid")) for t in tasks))
+        # (same rows, another engine and pid); on a test bed the links' use changes: redraw on any
+        link_state = render.link_state(run)  # runs on a test bed: each link's rate and use, live
+        key = (len(placement), tuple((t.get("role"), t.get("task"), t.get("engine"), t.get("pid")) for t in tasks),
+               repr(link_state))
         if tasks and key != self._placement_key:
             self._placement_key = key
             per = render.bytes_per_task(variables)
             table = placement.astype(object).fillna("").to_html(index=False, max_rows=60)
-            self.placement.value = (render.placement_svg(tasks, variables) +
+            self.placement.value = (render.placement_svg(tasks, variables, links=link_state) +
                                     "<div>bytes of variables per task: " +
                                     ", ".join(f"{html.escape(k)} {v:,}" for k, v in per.items()) +
                                     f"</div><details><summary>table</summary>{table}</details>")

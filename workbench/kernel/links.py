@@ -34,6 +34,10 @@ _EXPECTED = 'a rate such as "100mbit" or "1gbit" (units bit, kbit, mbit, gbit; 1
 SAMPLE_EVERY = 0.1  # seconds between counter samples while a run trains
 BATCH_GAP = 0.002  # rows of one worker closer than this in time were published as one batch
 WINDOW = 1.0  # seconds of traffic that bytes per step and utilisation average over
+# tbf's smallest bucket: twice a GSO packet (64 KiB of payload plus its headers). A packet
+# the bucket cannot hold never leaves: with 64 KiB, lowering 100 to 50 mbit under traffic
+# left 213 packets stuck in the queue and the link dead for good (replace keeps the queue).
+MIN_BURST = 128 * 1024
 
 _beds = weakref.WeakSet()  # open test beds in this process
 _watches = weakref.WeakSet()  # live LinkWatch objects (they record injected faults)
@@ -86,9 +90,9 @@ def shape(veth: str, netns: str, bits: int | None) -> None:
             if out.returncode != 0 and "No such file" not in out.stderr and "Cannot delete qdisc with handle of zero" not in out.stderr:
                 raise TestbedError(f"`{' '.join(prefix)} qdisc del dev {dev} root` failed: {out.stderr.strip()}")
             continue
-        # the bucket holds 10 ms of traffic (at least 64 KiB: a GSO packet must fit), the
-        # queue 20 ms: enough for one TCP stream to fill the rate, little added delay
-        burst = max(64 * 1024, bits // 8 // 100)
+        # the bucket holds 10 ms of traffic, at least MIN_BURST; the queue 20 ms: enough for
+        # one TCP stream to fill the rate, little added delay
+        burst = max(MIN_BURST, bits // 8 // 100)
         cmd = [*prefix, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{bits}bit",
                "burst", str(burst), "latency", "20ms"]
         out = subprocess.run(cmd, capture_output=True, text=True)
@@ -236,24 +240,36 @@ class LinkWatch:
             h[f"link_util_{host}"] = np.maximum(moved["tx"], moved["rx"]) * 8 / span / rate
         return h
 
+    def state(self, window: float = 2.0, since: float | None = None) -> dict[str, dict[str, Any]]:
+        """{host: {"rate": bits/s or None, "bytes_per_s": the busier direction's bytes/s,
+        "util": bytes_per_s over the rate, None if unshaped}} over the last ``window``
+        seconds of samples, or from time ``since`` (``time.time()``) on; hosts with fewer
+        than two samples in it are left out."""
+        samples = self.frame()
+        out = {}
+        for host, s in samples.groupby("host", sort=False):
+            first = s["time"].iloc[-1] - window if since is None else since
+            recent = s[s["time"] >= first]
+            dt = recent["time"].iloc[-1] - recent["time"].iloc[0] if len(recent) >= 2 else 0
+            if dt <= 0:
+                continue
+            moved = max(recent["sent"].iloc[-1] - recent["sent"].iloc[0],
+                        recent["received"].iloc[-1] - recent["received"].iloc[0]) / dt
+            bits = recent["rate"].iloc[-1]
+            bits = None if bits is None or bits != bits else int(bits)
+            out[host] = {"rate": bits, "bytes_per_s": float(moved), "util": None if bits is None else moved * 8 / bits}
+        return out
+
     def busiest(self, window: float = 2.0) -> tuple[str, float | None, float] | None:
         """(host, utilisation or None, bytes/s) of the link that moved most in the last
         ``window`` seconds, or None before two samples."""
-        samples = self.frame()
-        if samples.empty:
-            return None
-        best = None
-        for host, s in samples.groupby("host"):
-            recent = s[s["time"] >= s["time"].iloc[-1] - window]
-            if len(recent) < 2:
-                continue
-            dt = recent["time"].iloc[-1] - recent["time"].iloc[0]
-            if dt <= 0:
-                continue
-            rate = max(recent["sent"].iloc[-1] - recent["sent"].iloc[0],
-                       recent["received"].iloc[-1] - recent["received"].iloc[0]) / dt
-            bits = recent["rate"].iloc[-1]
-            util = None if bits is None or bits != bits else rate * 8 / bits
-            if best is None or rate > best[2]:
-                best = (host, util, rate)
-        return best
+        return busiest(self.state(window))
+
+
+def busiest(state: dict[str, dict[str, Any]]) -> tuple[str, float | None, float] | None:
+    """(host, utilisation or None, bytes/s) of the link of ``state`` (``LinkWatch.state``)
+    that moved the most bytes, or None if it is empty."""
+    if not state:
+        return None
+    host = max(state, key=lambda h: state[h]["bytes_per_s"])
+    return host, state[host]["util"], state[host]["bytes_per_s"]

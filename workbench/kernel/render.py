@@ -16,6 +16,8 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+from workbench.kernel.links import format_rate
+
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 ROLE_COLORS = {"chief": "#fde0c5", "ps": "#d4e6f9", "worker": "#d9f2d0", "local": "#eeeeee"}
 
@@ -88,26 +90,37 @@ def line_chart(series: Sequence[tuple[str, Any, Any]], title: str, xlabel: str, 
     return "".join(out)
 
 
-def placement_svg(tasks: list[dict[str, Any]], variables: list[dict[str, Any]], width: int = 640) -> str:
+def placement_svg(tasks: list[dict[str, Any]], variables: list[dict[str, Any]], width: int = 640,
+                  links: dict[str, dict[str, Any]] | None = None) -> str:
     """Hosts as boxes holding their engines; each engine shows its role, devices, and for PS
-    tasks the bytes of the variables they hold."""
+    tasks the bytes of the variables they hold. ``links`` (a run on a test bed's hosts:
+    ``LinkWatch.state()``, {host: {"rate", "bytes_per_s", "util"}}) draws each host's link
+    to the network with its set rate and measured use, the busiest one in red."""
     by_host = {}
     for t in tasks:
         by_host.setdefault(t.get("host") or "?", []).append(t)
     held = {}
     for v in variables:
         held.setdefault((v["role"], v["task"]), []).append(v)
+    links = {h: s for h, s in (links or {}).items() if h in by_host}
+    busiest = max(links, key=lambda h: links[h]["bytes_per_s"]) if links else None
+    if busiest is not None and links[busiest]["bytes_per_s"] <= 0:
+        busiest = None  # nothing moved: no link is the busiest
+    left = 170 if links else 4  # the network and the links, left of the hosts
     box_w, box_h, gap = 150, 74, 10
     rows = []
     y = 8
     for host, ts in by_host.items():
-        per_row = max(1, (width - 24) // (box_w + gap))
+        per_row = max(1, (width - left - 20) // (box_w + gap))
         lines = (len(ts) + per_row - 1) // per_row
         host_h = 26 + lines * (box_h + gap)
-        rows.append(f'<rect x="4" y="{y}" width="{width - 8}" height="{host_h}" rx="6" fill="#fafafa" stroke="#999"/>'
-                    f'<text x="12" y="{y + 16}" font-weight="bold">host {html.escape(str(host))}</text>')
+        stroke = ' stroke="#d62728" stroke-width="2"' if host == busiest else ' stroke="#999"'
+        rows.append(f'<rect x="{left}" y="{y}" width="{width - left - 4}" height="{host_h}" rx="6" fill="#fafafa"{stroke}/>'
+                    f'<text x="{left + 8}" y="{y + 16}" font-weight="bold">host {html.escape(str(host))}</text>')
+        if host in links:
+            rows.append(_link_svg(links[host], y + 20, left, busy=host == busiest))
         for i, t in enumerate(sorted(ts, key=lambda t: (t.get("role") != "chief", t.get("role"), t.get("task")))):
-            bx = 12 + (i % per_row) * (box_w + gap)
+            bx = left + 8 + (i % per_row) * (box_w + gap)
             by = y + 24 + (i // per_row) * (box_h + gap)
             role, task = t.get("role"), t.get("task")
             mine = held.get((role, task), [])
@@ -124,8 +137,39 @@ def placement_svg(tasks: list[dict[str, Any]], variables: list[dict[str, Any]], 
                 of_which = f" ({state:,} optimizer state)" if state else ""
                 rows.append(f'<text x="{bx + 6}" y="{by + 60}">{len(mine)} variables, {total:,} bytes{of_which}</text>')
         y += host_h + 8
+    if links:  # the network (the test bed's bridge) every link joins
+        rows.insert(0, f'<rect x="4" y="8" width="14" height="{y - 16}" rx="3" fill="#555"/>'
+                       f'<text x="11" y="{y / 2}" transform="rotate(-90 11 {y / 2})" text-anchor="middle" '
+                       f'fill="#fff" font-size="10">network</text>')
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{y}" '
             f'style="font:11px sans-serif">{"".join(rows)}</svg>')
+
+
+def _link_svg(state, y, left, busy):
+    """One host's link: a line from the network to the host, as thick as it is full, its
+    rate above, its measured use below."""
+    util = state["util"]
+    color = "#d62728" if busy else "#1f77b4"
+    thickness = 1.5 + 5 * min(util, 1.0) if util is not None else 1.5
+    used = f"{state['bytes_per_s'] * 8 / 1e6:,.1f} Mbit/s"
+    used = f"{util:.0%} used · {used}" if util is not None else f"{used} (unshaped)"
+    flag, weight = (" · busiest", ' font-weight="bold"') if busy else ("", "")
+    return (f'<g class="wb-link{" wb-busiest" if busy else ""}">'
+            f'<line x1="18" y1="{y}" x2="{left}" y2="{y}" stroke="{color}" stroke-width="{thickness:.1f}"/>'
+            f'<text x="24" y="{y - 5}" fill="{color}">link {html.escape(format_rate(state["rate"]))}</text>'
+            f'<text x="24" y="{y + 14}" fill="{color}"{weight}>'
+            f'{html.escape(used + flag)}</text></g>')
+
+
+def link_state(run: Any) -> dict[str, dict[str, Any]] | None:
+    """Each link's rate and use for a run on a test bed's hosts (``LinkWatch.state``): the
+    last 2 s while it trains, from its first step on once it is done; None for other runs."""
+    watch = getattr(run, "links", None)  # recorded runs have none
+    if watch is None:
+        return None
+    h = run.history if run.done else None
+    since = float((h.time - h.step_time.fillna(0)).min()) if h is not None and len(h) else None
+    return watch.state(since=since) or None
 
 
 def placement_tables(placement: pd.DataFrame | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -205,7 +249,7 @@ def snapshot_html(run: Any, status: str) -> str:
         parts.append(anatomy_html(run.anatomy()))
     tasks, variables = placement_tables(run.placement)
     if tasks:
-        parts.append(placement_svg(tasks, variables))
+        parts.append(placement_svg(tasks, variables, links=link_state(run)))
         per = bytes_per_task(variables)
         if per:
             parts.append("<div>bytes of variables per task: " +
