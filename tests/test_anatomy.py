@@ -46,6 +46,11 @@ def test_the_dashboard_draws_a_bar_per_worker_and_names_the_straggler():
     assert out.count('class="wb-anatomy-row"') == 2
     assert "Straggler: <b>worker:1</b> is busy 43% longer" in out  # 10 ms vs 7 ms
     assert "100 B/step sent" in out
+    # the all-reduce's bytes per step, its precision, and the rate at the mean step time (10 ms)
+    assert "All-reduce: <b>100 B/step</b> per worker (float32), 0.01 MB/s per worker" in out
+    assert "(fp16)" in render.anatomy_html(anatomy.table(h), compression="fp16")
+    no_bytes = pd.DataFrame(_rows("worker:0", 0.004, 0.0)).assign(comm_bytes=0)
+    assert "All-reduce" not in render.anatomy_html(anatomy.table(no_bytes))  # single, PS: nothing sent
     assert render.anatomy_html(anatomy.table(pd.DataFrame())) == ""
 
 

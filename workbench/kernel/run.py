@@ -165,7 +165,10 @@ class Run:
         """One row per (worker, step): loss, batch accuracy, examples/s, step time, seconds
         since the run started (and, for parameter-server runs, the step's staleness), then
         a column per metric of ``train(metrics=...)``: its value on the worker's batch.
-        Grows while the run trains."""
+        With ``anatomy=True`` (the default) also the step anatomy's seconds
+        (``input_time``, ``compute_time``, ``comm_time``; ``wait_time`` under a parameter
+        server) and ``comm_bytes``, the bytes the worker handed to the all-reduce that step
+        (counted from the tensors sent, after ``compression``). Grows while the run trains."""
         with self._lock:
             stream = self._stream()
         with stream["build"]:  # one builder at a time: each appends what is new to the frame
