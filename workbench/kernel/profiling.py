@@ -31,15 +31,18 @@ def servers(run: Any, rid: int, steps: int, timeout: float) -> Any:
     tasks = sorted((t for t in run.tasks if t.role in ("worker", "ps")), key=lambda t: t.name)
     client = run.cluster.client
     dirs = {t.name: str(RunDir(run.run_dir).profile_dir(rid, t.name)) for t in tasks}
-    for t in tasks:
-        client[t.engine_id].apply_sync(engine_profile.start_trace, dirs[t.name])
-    first = run.step + 1
-    deadline = time.monotonic() + timeout
+    started, totals = [], {}
     try:
+        for t in tasks:
+            client[t.engine_id].apply_sync(engine_profile.start_trace, dirs[t.name])
+            started.append(t)
+        first = run.step + 1
+        deadline = time.monotonic() + timeout
         while run.step < first - 1 + steps and not run.done and time.monotonic() < deadline:
             time.sleep(_POLL)
-    finally:
-        totals = {t.name: client[t.engine_id].apply_sync(engine_profile.stop_trace, dirs[t.name]) for t in tasks}
+    finally:  # every profiler started is stopped, whatever went wrong
+        for t in started:
+            totals[t.name] = client[t.engine_id].apply_sync(engine_profile.stop_trace, dirs[t.name])
     last = run.step
     if last - first + 1 < steps:
         if run.failure is not None:
