@@ -216,7 +216,7 @@ def test_profile_traces_a_parameter_server_run_where_its_steps_execute(cluster4)
     task: run.profile() traces those engines' processes (the chief only dispatches).
 
     Cross-check: a worker's op kernels fit inside its timed step (compute + push). They
-    cover only part of it (measured 0.16-0.30 over two runs, e.g. 0.77 of 4.76 and 1.74 of
+    cover only part of it (measured 0.09-0.30 over three runs, e.g. 0.77 of 4.76 and 1.74 of
     5.82 ms per step): a step waits for the PS task's variables in asynchronous receives, which no op
     event spans, and its function is split between the worker's and the PS's partitions;
     the timers read those waits, the trace cannot attribute them."""

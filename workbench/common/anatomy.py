@@ -39,7 +39,7 @@ of it (the rest is the executor's scheduling between ops); the collective kernel
 0.82-0.90 (MWMS) and 0.54-0.89 (averaging) of the timed communication, the rest being the
 packing of the gradients around the collective, its parameter resolution and, for
 averaging, writing the means back. Under a parameter server a worker's op kernels cover
-only 0.16-0.30 of its timed compute and push: its waits for the PS task's variables are
+only 0.09-0.30 of its timed compute and push (three runs): its waits for the PS task's variables are
 asynchronous receives no op event spans, so there the timers see what the trace cannot
 attribute. The loop's own ops (metrics, each step's outputs) are timed with no piece: they
 run alongside the timed ones or fall in **other**.
