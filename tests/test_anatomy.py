@@ -46,6 +46,11 @@ def test_the_dashboard_draws_a_bar_per_worker_and_names_the_straggler():
     assert out.count('class="wb-anatomy-row"') == 2
     assert "Straggler: <b>worker:1</b> is busy 43% longer" in out  # 10 ms vs 7 ms
     assert "100 B/step sent" in out
+    # the all-reduce's bytes per step, its precision, and the rate at the mean step time (10 ms)
+    assert "All-reduce: <b>100 B/step</b> per worker (float32), 0.01 MB/s per worker" in out
+    assert "(fp16)" in render.anatomy_html(anatomy.table(h), compression="fp16")
+    no_bytes = pd.DataFrame(_rows("worker:0", 0.004, 0.0)).assign(comm_bytes=0)
+    assert "All-reduce" not in render.anatomy_html(anatomy.table(no_bytes))  # single, PS: nothing sent
     assert render.anatomy_html(anatomy.table(pd.DataFrame())) == ""
 
 
@@ -74,6 +79,40 @@ def test_unknown_compression_suggests_the_closest():
     with pytest.raises(ConfigError, match="Did you mean 'fp16'"):
         make_job(None, **dict(GOOD, compression="fp61"))
     assert make_job(None, **dict(GOOD, compression="int8")).compression == "int8"
+
+
+def test_the_trace_summary_counts_op_time_once_inside_the_training_calls():
+    """engine/profile.py reads an XPlane (TF's trace format, built here by hand): op events
+    ("name:Type") by category, concurrent ops counted once, executor bookkeeping ("::")
+    and whatever ran outside the training function's calls (the stop agreement's
+    collective) left out, an op straddling a call's end clipped to it."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from workbench.engine import profile
+
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    names = ["run_steps", "mlp/MatMul:_MklMatMul", "mlp/Relu:Relu", "ExecutorState::Process",
+             "CollectiveReduceV2:CollectiveReduceV2", "IteratorGetNextOp::DoCompute"]
+    for i, name in enumerate(names, 1):
+        plane.event_metadata[i].name = name
+    us = 1_000_000  # picoseconds
+
+    def line(name, *events):
+        new = plane.lines.add(name=name, timestamp_ns=0)
+        for meta, begin, length in events:
+            new.events.add(metadata_id=meta, offset_ps=begin * us, duration_ps=length * us)
+
+    line("python", (1, 0, 100))  # one call: 0-100 us
+    line("tf_Compute/1", (2, 10, 20), (4, 0, 95), (3, 90, 30))  # MatMul 10-30; Relu 90-120, clipped to 90-100
+    line("tf_Compute/2", (3, 20, 20))  # Relu 20-40 overlaps MatMul: compute is 10-40 + 90-100
+    line("collective_ops/1", (5, 40, 45), (5, 150, 10))  # the second one ran after the call
+    line("tf_data_iterator_get_next/1", (6, 2, 5))
+    spans, ops = profile.intervals(space)
+    assert ops == 5
+    assert profile._union(spans["compute"]) == 40 * us
+    assert profile._union(spans["communication"]) == 45 * us
+    assert profile._union(spans["input"]) == 5 * us
 
 
 # -- on a real cluster -------------------------------------------------------------------
@@ -125,15 +164,27 @@ def test_anatomy_off_leaves_the_rows_as_they_were(cluster4):
     assert "compute_time" not in run.history and run.anatomy().empty
 
 
+def _timers(h, task, first, last):
+    """The anatomy's timers (seconds per step) of ``task`` over steps ``first``..``last``."""
+    steps = h[(h.worker == task) & (h.step >= first) & (h.step <= last)]
+    return steps.input_time.mean(), steps.compute_time.mean(), steps.comm_time.mean()
+
+
 @pytest.mark.cluster
-@pytest.mark.xfail(strict=True, reason="cross-check unfinished: the trace's summary finds no collective ops "
-                   "(async kernels are not classified: communication 0.0 on MWMS x2) and counts ~3 ms/step of "
-                   "compute ops where the timers read ~0.5 ms; one run failed with an EngineError at the trace's "
-                   "end (intermittent, not yet diagnosed)")
-@pytest.mark.parametrize("name", ["multi_worker_mirrored", "parameter_averaging"])
+@pytest.mark.parametrize("name", ["single", "multi_worker_mirrored", "parameter_averaging"])
 def test_profile_traces_live_steps_and_agrees_with_the_anatomy(cluster4, name):
     """run.profile(): a TF profiler trace of N steps on every task, written under the run
-    directory; its op time per category cross-checks the anatomy's timers on the same steps."""
+    directory; its op time per category cross-checks the anatomy's timers on the same steps.
+
+    Communication: the collective kernels' spans sit inside the timed all-reduce, which
+    also holds the packing around it (concat, split), the collective's parameter
+    resolution before its kernel starts and the executor's gaps; measured 0.87-0.88 of the
+    timers under MWMS, 0.54-0.89 under averaging (two runs each). Compute: the trace counts
+    every other op of the training calls, so besides the step's forward, backward and
+    update (which fill 0.75-0.92 of the timed window, measured with the trace's own
+    Timestamp ops as bounds) it counts the loop's bookkeeping the timers leave out
+    (metrics, outputs written per step, the packing, the next step's variable reads):
+    measured 1.30-1.74 of the timers."""
     run = cluster4.train(MLP, DIGITS, global_batch_size=64, steps=3000, steps_per_execution=10,
                          **TOPOLOGIES[name])
     try:
@@ -148,15 +199,48 @@ def test_profile_traces_live_steps_and_agrees_with_the_anatomy(cluster4, name):
         import glob
 
         assert glob.glob(f"{row.logdir}/**/*.xplane.pb", recursive=True)
-        steps = h[(h.worker == row.task) & (h.step >= row["first"]) & (h.step <= row["last"])]
-        compute, comm = steps.compute_time.mean(), steps.comm_time.mean()
-        # the timers bracket the ops the trace counts, plus the gaps between them
-        print(name, row.task, f"trace compute {row.compute:.6f} comm {row.communication:.6f} "
-              f"timers compute {compute:.6f} comm {comm:.6f}")
-        assert 0 < row.compute <= 1.5 * compute + 1e-4
-        assert row.compute >= 0.2 * compute
-        if name != "single":
-            assert 0 < row.communication <= 1.5 * comm + 1e-4
+        _, compute, comm = _timers(h, row.task, row["first"], row["last"])
+        print(name, row.task, f"trace input {row.input * 1e3:.3f} compute {row.compute * 1e3:.3f} "
+              f"comm {row.communication * 1e3:.3f} ms; timers compute {compute * 1e3:.3f} comm {comm * 1e3:.3f} ms; "
+              f"ratios {row.compute / compute:.2f} {row.communication / max(comm, 1e-9):.2f}")
+        assert 0.5 * compute <= row.compute <= 2.5 * compute
+        if name == "single":
+            assert row.communication == 0  # no collective inside the calls
+        else:
+            assert 0.4 * comm <= row.communication <= 1.1 * comm + 50e-6
+
+
+@pytest.mark.cluster
+def test_profile_traces_a_parameter_server_run_where_its_steps_execute(cluster4):
+    """A parameter-server step runs in a worker's server and updates variables on the PS
+    task: run.profile() traces those engines' processes (the chief only dispatches).
+
+    Cross-check: a worker's op kernels fit inside its timed step (compute + push). They
+    cover only part of it (measured 0.09-0.30 over three runs, e.g. 0.77 of 4.76 and 1.74 of
+    5.82 ms per step): a step waits for the PS task's variables in asynchronous receives, which no op
+    event spans, and its function is split between the worker's and the PS's partitions;
+    the timers read those waits, the trace cannot attribute them."""
+    run = cluster4.train(MLP, DIGITS, global_batch_size=64, steps=20000, **TOPOLOGIES["parameter_server"])
+    try:
+        p = run.profile(steps=100)
+    finally:
+        run.stop()
+    assert list(p.task) == ["ps:0", "worker:0", "worker:1"]
+    assert (p.ops > 0).all() and p.set_index("task").steps["ps:0"] >= 100
+    h = run.history
+    for _, row in p.iterrows():
+        import glob
+
+        assert glob.glob(f"{row.logdir}/**/*.xplane.pb", recursive=True)
+        if row.task.startswith("worker"):
+            _, compute, comm = _timers(h, row.task, row["first"], row["last"])
+            print(row.task, row.steps, f"trace input {row.input * 1e3:.3f} compute {row.compute * 1e3:.3f} "
+                  f"comm {row.communication * 1e3:.3f} ms; timers compute {compute * 1e3:.3f} comm {comm * 1e3:.3f} ms")
+            assert row.steps > 0 and row.compute > 0 and row.communication > 0  # sends to the PS
+            assert row.compute + row.communication <= compute + comm
+        else:
+            print(row.task, row.steps, f"trace compute {row.compute * 1e3:.3f} comm {row.communication * 1e3:.3f} ms")
+            assert row.communication > 0  # its variables sent to the workers
 
 
 @pytest.mark.cluster

@@ -61,12 +61,16 @@ print(f"the wide model computes longer per step under MWMS: {ms[('MWMS', 'wide')
       f"(measured {ms[('MWMS', 'small')]:.2f} ms vs {ms[('MWMS', 'wide')]:.2f} ms)")
 """),
         md("""
-**Reading it.** On two shared cores the small model's MWMS step is mostly the all-reduce and
-the Python around each call: the gradient is 26 kB, so the collective's fixed latency
-dominates. The wide model moves 40 times the bytes and computes far more, so compute and
-communication grow together. Under the parameter server, much of each worker's wall time
-is **waiting**: idle between calls while the single chief schedules the next one (the
-coordinator is the bottleneck here, as `DESIGN.md` measured).
+**Reading it** (the shares when this notebook was saved). On two shared cores the small
+model's MWMS step is half all-reduce (communication 0.51, waiting for the peer 0.09-0.12):
+its gradient is 26 kB, so the collective's fixed latency dominates, and compute is only
+0.12-0.14. The wide model hands the all-reduce 46 times the bytes and computes ten times
+longer per step, so compute grows to 0.28-0.30 while communication stays near half. Under
+the parameter server, compute is the largest share (0.37-0.51: it includes the forward
+pass's reads of variables held by the PS task), the gradients' push 0.18-0.21, and each
+worker sat idle between its calls for 0.11-0.23 of its wall time, waiting for the single
+chief to schedule the next one (the coordinator is the bottleneck here, as `DESIGN.md`
+measured).
 
 ## A profiler trace of a live run
 
@@ -80,6 +84,21 @@ trace = live.profile(steps=50)
 live.stop()
 trace[["task", "first", "last", "input", "compute", "communication", "ops"]].round(5)
 """, volatile=True),
+        md("""
+The trace and the anatomy's timers measure the same steps two ways. The all-reduce's
+kernels run inside the timed communication, which also holds the packing of the gradients
+around them; the trace's compute also counts the loop's own bookkeeping (metrics, each
+step's outputs), which the timers leave out.
+"""),
+        code("""
+h = live.history
+for _, row in trace.iterrows():
+    steps = h[(h.worker == row.task) & h.step.between(row["first"], row["last"])]
+    ratio = row.communication / steps.comm_time.mean()
+    print(f"{row.task}: the trace's all-reduce time is within 0.4-1.1 of the timed communication: "
+          f"{0.4 <= ratio <= 1.1} (measured {ratio:.2f}: {row.communication * 1e3:.2f} vs "
+          f"{steps.comm_time.mean() * 1e3:.2f} ms/step)")
+"""),
         md("""
 ## 32, 16 or 8 bits on the wire
 
@@ -111,11 +130,13 @@ for k in kinds[1:]:
 wb.compare(*comp.values(), labels=["float32", "fp16", "bf16", "int8"])
 """, volatile=True),
         md("""
-**What it means.** Halving or quartering the bytes costs no accuracy you can see here.
-Whether it buys speed depends on the link: on loopback with 2 shared cores the casts and
-the quantization cost about as much as the bytes they save (`bench/anatomy.py` measures the
-effective bandwidth of each); on a real network, where the all-reduce is the bottleneck,
-16 bits move the same gradient in about half the time.
+**What it means.** Halving or quartering the bytes cost no accuracy you can see here (the
+claims above). Whether it buys speed depends on the link: on loopback with 2 shared cores
+the casts and the quantization cost about as much as the bytes they save (when saved: 83
+steps/s at 32 bits, 75 in fp16, 94 in bf16, 59 in int8, one run each). Where the transfer
+itself is the cost, fewer bytes move faster: `bench/anatomy.py` measures each precision's
+useful gradient bytes per second of all-reduce against 32 bits on the same engines
+(`docs/performance.md` has the numbers).
 """),
         code("""
 cluster.stop()

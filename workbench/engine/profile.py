@@ -13,6 +13,7 @@ protobuf) and publishes a ``profile`` event with the summary.
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 from workbench.store import RunDir
@@ -20,8 +21,20 @@ from workbench.store import RunDir
 if TYPE_CHECKING:
     from workbench.engine.loop import Training
 
-INPUT = ("IteratorGetNext", "MultiDeviceIteratorGetNextFromShard", "AnonymousIteratorV", "IteratorV2")
+INPUT = ("IteratorGetNext", "MultiDeviceIterator", "AnonymousIteratorV", "IteratorV2")
 COMMUNICATION = ("Collective", "_Send", "_Recv", "_HostSend", "_HostRecv", "RemoteCall", "NcclAllReduce")
+# an op kernel's event is named "<op name>:<op type>"; executor bookkeeping ("ExecutorState::Process",
+# "CollectiveOpV2Kernel::Run") and Python-side events are not ops
+OP = re.compile(r"^[^:\s]+:([A-Za-z_]\w*)$")
+# events named like ops that are not: a server's handling of a remote call (on a parameter-server
+# worker it spans the whole dispatched function)
+NOT_OPS = ("EagerService:",)
+# the consumer's wait for the next batch: an asynchronous kernel whose op event is not traced
+# under its own name; this event on the tf.data thread spans it
+INPUT_EVENTS = ("IteratorGetNextOp::DoCompute",)
+# the training function's calls, as the Python thread's events name them (both synchronous
+# loops call theirs ``run_steps``): only what runs inside them is counted
+CALLS = ("run_steps",)
 
 
 def category(op_type: str) -> str:
@@ -33,9 +46,61 @@ def category(op_type: str) -> str:
     return "compute"
 
 
+def _union(intervals: list) -> float:
+    """Total length of the union of (start, end) intervals."""
+    total, reach = 0, None
+    for begin, end in sorted(intervals):
+        if reach is None or begin > reach:
+            total += end - begin
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
+def intervals(space: Any) -> tuple[dict[str, list], int]:
+    """The (start, end) picoseconds of every op event in an XSpace by category, clipped
+    to the training function's calls when the trace has them; and the number of ops."""
+    spans: dict[str, list] = {"input": [], "compute": [], "communication": []}
+    ops = 0
+    for plane in space.planes:
+        names = plane.event_metadata
+        calls = [(line.timestamp_ns * 1000 + e.offset_ps, line.timestamp_ns * 1000 + e.offset_ps + e.duration_ps)
+                 for line in plane.lines if line.name == "python"
+                 for e in line.events if names[e.metadata_id].name in CALLS]
+        for line in plane.lines:
+            if line.name == "python":
+                continue
+            base = line.timestamp_ns * 1000
+            for event in line.events:
+                name = names[event.metadata_id].name
+                if name in INPUT_EVENTS:
+                    kind = "input"
+                else:
+                    m = OP.match(name)
+                    if m is None or name.startswith(NOT_OPS):
+                        continue
+                    kind = category(m.group(1))
+                begin = base + event.offset_ps
+                end = begin + event.duration_ps
+                if calls:  # only what ran inside a call, clipped to it
+                    inside = [(max(begin, a), min(end, b)) for a, b in calls if begin < b and end > a]
+                    if not inside:
+                        continue
+                    begin, end = inside[0]
+                spans[kind].append((begin, end))
+                ops += 1
+    return spans, ops
+
+
 def summarize(logdir: str, steps: int) -> dict[str, Any]:
-    """Seconds per step the trace's op kernels spent in each category (ops that run at once
-    on several threads each count their own time), and the number of ops."""
+    """Seconds per step in which at least one op of each category ran (the union of the
+    ops' spans, so ops running at once on several threads count once: comparable with the
+    anatomy's timers, which read wall time), counted inside the training function's calls
+    (not the stop agreement's collective between them) when the trace has them, and the
+    number of ops. Communication ops are asynchronous: their span runs from the kernel's
+    start to its completion, a wait for a slower peer included."""
     import glob
 
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
@@ -46,17 +111,10 @@ def summarize(logdir: str, steps: int) -> dict[str, Any]:
         space = xplane_pb2.XSpace()
         with open(path, "rb") as f:
             space.ParseFromString(f.read())
-        for plane in space.planes:
-            names = plane.event_metadata
-            for line in plane.lines:
-                if not line.name.startswith(("tf_Compute", "tf_data_iterator_get_next", "tf_inter_op")):
-                    continue
-                for event in line.events:
-                    name = names[event.metadata_id].name
-                    if ":" not in name:  # executor bookkeeping, not an op kernel
-                        continue
-                    totals[category(name.rsplit(":", 1)[1])] += event.duration_ps * 1e-12
-                    ops += 1
+        spans, n = intervals(space)
+        ops += n
+        for kind, found in spans.items():
+            totals[kind] += _union(found) * 1e-12
     return {"steps": steps, "ops": ops, **{k: v / max(steps, 1) for k, v in totals.items()}}
 
 
@@ -96,3 +154,26 @@ class Profiling:
 
             tf.profiler.experimental.stop()
             self.active = None
+
+
+# -- parameter-server runs ------------------------------------------------------------------
+# Their steps execute in the worker engines' tf.distribute.Server (functions the chief's
+# coordinator dispatches), and their variables live in the PS engines' servers: those engines
+# run no ipyparallel task while the run trains, so the kernel starts and stops a trace in
+# each of their processes directly (``kernel/profiling.py``).
+
+def start_trace(logdir: str) -> None:
+    """Start TF's profiler in this engine's process (its server's threads included)."""
+    import tensorflow as tf
+
+    os.makedirs(logdir, exist_ok=True)
+    tf.profiler.experimental.start(logdir)
+
+
+def stop_trace(logdir: str) -> dict[str, Any]:
+    """Stop the profiler started by ``start_trace``; the trace's seconds in each category
+    (in total: the kernel divides by the steps this task ran meanwhile) and its ops."""
+    import tensorflow as tf
+
+    tf.profiler.experimental.stop()
+    return summarize(logdir, 1)

@@ -194,9 +194,22 @@ PART_COLORS = {"input": "#9467bd", "compute": "#2ca02c", "communication": "#1f77
                "other": "#c7c7c7"}
 
 
-def anatomy_html(table: pd.DataFrame | None, width: int = 420) -> str:
+def bytes_sent_text(table: pd.DataFrame | None, compression: str | None = None) -> str:
+    """One line on what the all-reduce moves: bytes each worker hands it per step (as
+    ``run.history``'s ``comm_bytes`` counts them), in which precision, and the rate at the
+    workers' mean step time; "" when the run sends nothing (single, parameter server)."""
+    if table is None or not len(table) or not table.bytes_per_step.fillna(0).any():
+        return ""
+    sent = float(table.bytes_per_step.mean())
+    rate = float((table.bytes_per_step / table.step_time).mean())
+    return (f"<div class='wb-bytes'>All-reduce: <b>{sent:,.0f} B/step</b> per worker "
+            f"({html.escape(compression or 'float32')}), {rate / 1e6:,.2f} MB/s per worker</div>")
+
+
+def anatomy_html(table: pd.DataFrame | None, width: int = 420, compression: str | None = None) -> str:
     """One stacked bar per worker (``Run.anatomy()``'s shares), its step time and bytes sent
-    per step, and the straggler named when there is one."""
+    per step, the straggler named when there is one, and the all-reduce's bytes per step
+    (``compression``: the run's, named beside them)."""
     if table is None or not len(table):
         return ""
     legend = " ".join(f'<span style="color:{c}">&#9632;</span> {p}' for p, c in PART_COLORS.items())
@@ -218,7 +231,7 @@ def anatomy_html(table: pd.DataFrame | None, width: int = 420) -> str:
         note = (f"<div class='wb-straggler'>Straggler: <b>{html.escape(str(w.worker))}</b> is busy "
                 f"{w.busy / others - 1:.0%} longer per step than the others</div>")
     return (f'<div class="wb-anatomy" style="font:12px sans-serif"><b>Inside a step</b> '
-            f'(share of wall time) {legend}{"".join(rows)}{note}</div>')
+            f'(share of wall time) {legend}{"".join(rows)}{note}{bytes_sent_text(table, compression)}</div>')
 
 
 def snapshot_html(run: Any, status: str) -> str:
@@ -246,7 +259,7 @@ def snapshot_html(run: Any, status: str) -> str:
         parts.append(line_chart(thr, "Throughput per worker", "step", "examples/s"))
     parts.append("</div>")
     if hasattr(run, "anatomy"):
-        parts.append(anatomy_html(run.anatomy()))
+        parts.append(anatomy_html(run.anatomy(), compression=getattr(run.job, "compression", None)))
     tasks, variables = placement_tables(run.placement)
     if tasks:
         parts.append(placement_svg(tasks, variables, links=link_state(run)))

@@ -66,6 +66,7 @@ class Run:
         self._finished = None
         self._done = threading.Event()
         self._dashboard = None
+        self._profiles = 0  # profile requests made (each one's traces go to profile/<n>)
         self._tail = tail  # re-attached runs: reads the metrics files (rows published before)
         # hosts whose engines do not see the run directory: what they write there is
         # copied here when the run ends (``remote.pull_run_files``)
@@ -188,7 +189,10 @@ class Run:
         """One row per (worker, step): loss, batch accuracy, examples/s, step time, seconds
         since the run started (and, for parameter-server runs, the step's staleness), then
         a column per metric of ``train(metrics=...)``: its value on the worker's batch.
-        Grows while the run trains."""
+        With ``anatomy=True`` (the default) also the step anatomy's seconds
+        (``input_time``, ``compute_time``, ``comm_time``; ``wait_time`` under a parameter
+        server) and ``comm_bytes``, the bytes the worker handed to the all-reduce that step
+        (counted from the tensors sent, after ``compression``). Grows while the run trains."""
         with self._lock:
             stream = self._stream()
         with stream["build"]:  # one builder at a time: each appends what is new to the frame
@@ -244,19 +248,22 @@ class Run:
         open it), summarised as a DataFrame, one row per task: the steps traced, and the
         seconds per step its op kernels spent in ``input``, ``compute`` and
         ``communication`` (``workbench.engine.profile`` classifies the ops; concurrent ops
-        each count). Synchronous strategies only: a parameter-server run's steps execute in
-        its workers' servers, which this does not trace yet."""
+        each count once). A parameter-server run is traced where its steps execute: its
+        worker and PS engines' servers (``kernel/profiling.py``); its chief is not."""
         import pandas as pd
 
         from workbench.common import validate
 
         steps = validate.positive_int("steps", steps)
-        if strategies.spec(self.job.strategy).has_ps:
-            raise NotImplementedError(f"run.profile() traces synchronous runs; strategy={self.job.strategy!r}")
         if self.done:
             raise RuntimeError(f"Run {self.id} has ended: profile() traces a live run")
+        with self._lock:  # a number no request of this run has used (a re-attached run's too)
+            rid = self._profiles = 1 + max([self._profiles] + [e["id"] for e in self._events if e["kind"] == "profile"])
+        if strategies.spec(self.job.strategy).has_ps:
+            from workbench.kernel import profiling
+
+            return profiling.servers(self, rid, steps, timeout)
         spe = self.job.steps_per_execution
-        rid = 1 + max((e["id"] for e in self._events if e["kind"] == "profile"), default=0)
         start = (self.step // spe + 2) * spe  # a call boundary ahead, the same for every worker
         RunDir(self.run_dir).request_profile(rid, start, -(-steps // spe) * spe)
         names = {t.name for t in self.tasks}

@@ -1,0 +1,62 @@
+"""``Run.profile`` for parameter-server runs: a TF profiler trace in the processes where
+their steps execute.
+
+A parameter-server step runs in a worker engine's ``tf.distribute.Server`` (a function the
+chief's coordinator dispatches to it) and reads and updates variables in the PS engines'
+servers. Those engines run no ipyparallel task while the run trains (their task returned
+once the server was up), so the kernel sends each of them ``engine.profile.start_trace``,
+waits until the run has gone ``steps`` steps further, and sends ``stop_trace``, which
+parses the trace there. The chief, busy coordinating, is not traced: its part of a step is
+the dispatch, which the anatomy counts as "other" and "waiting".
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from workbench.engine import profile as engine_profile
+from workbench.store import RunDir
+
+_POLL = 0.05
+
+
+def servers(run: Any, rid: int, steps: int, timeout: float) -> Any:
+    """Trace ``steps`` steps of a live parameter-server run on its worker and PS engines;
+    one row per task (see ``Run.profile``). A worker's ``steps`` are the steps it ran while
+    traced (its rows in ``run.history`` between the step the trace started at and the one
+    it stopped at, as the chief numbered them); a PS task's are the run's steps meanwhile."""
+    import pandas as pd
+
+    tasks = sorted((t for t in run.tasks if t.role in ("worker", "ps")), key=lambda t: t.name)
+    client = run.cluster.client
+    dirs = {t.name: str(RunDir(run.run_dir).profile_dir(rid, t.name)) for t in tasks}
+    started, totals = [], {}
+    try:
+        for t in tasks:
+            client[t.engine_id].apply_sync(engine_profile.start_trace, dirs[t.name])
+            started.append(t)
+        first = run.step + 1
+        deadline = time.monotonic() + timeout
+        while run.step < first - 1 + steps and not run.done and time.monotonic() < deadline:
+            time.sleep(_POLL)
+    finally:  # every profiler started is stopped, whatever went wrong
+        for t in started:
+            totals[t.name] = client[t.engine_id].apply_sync(engine_profile.stop_trace, dirs[t.name])
+    last = run.step
+    if last - first + 1 < steps:
+        if run.failure is not None:
+            raise run.failure
+        raise TimeoutError(f"profile(): the run went {last - first + 1} of {steps} steps before "
+                           f"{'it ended' if run.done else f'{timeout} s'} (from step {first})")
+    h = run.history
+    window = h[(h.step >= first) & (h.step <= last)]
+    rows = []
+    for t in tasks:
+        ran = int((window.worker == t.name).sum()) if t.role == "worker" else last - first + 1
+        per = max(ran, 1)
+        s = totals[t.name]
+        rows.append(dict(task=t.name, first=first, last=last, steps=ran, input=s["input"] / per,
+                         compute=s["compute"] / per, communication=s["communication"] / per, ops=s["ops"],
+                         logdir=dirs[t.name]))
+    return pd.DataFrame(rows)
