@@ -40,7 +40,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     args = p.parse_args(argv)
-    repeats, steps, wide_steps = (1, 400, 60) if args.quick else (5, 1500, 200)
+    repeats, steps, wide_steps = (1, 150, 20) if args.quick else (5, 1500, 200)
     digits = wb.datasets.digits()
     wide = wb.datasets.synthetic(examples=4096)
     on, off = [], []

@@ -84,7 +84,7 @@ def one(n, steps):
         out["watcher_cpu_core"] = (watch1 - watch0) / max(w1 - w0, 1e-9)
         out["rows"] = len(run.history)
         out["steps_per_s"] = run.job.steps / max(float(run.history.time.max() - run.history.time.min()), 1e-9)
-        mem = [memory(cluster._info[t.engine_id].pid) for t in run.tasks]
+        mem = [memory(cluster.engine_info[t.engine_id].pid) for t in run.tasks]
         out["engine_pss_mb"] = sorted(m[0] for m in mem)[len(mem) // 2]
         out["engine_rss_mb"] = sorted(m[1] for m in mem)[len(mem) // 2]
         t0 = time.time()

@@ -32,10 +32,11 @@ CONFIGS = {
 def workloads(quick):
     digits = wb.datasets.digits()
     wide = wb.datasets.synthetic(examples=4096, features=784, classes=10)
-    steps = 30 if quick else None
+    if quick:  # smoke (tests/test_bench.py): one workload, a few steps
+        return {"digits MLP 64-64-32-10, batch 128": (wb.models.mlp((64, 32)), digits, 128, 30)}
     return {
-        "digits MLP 64-64-32-10, batch 128": (wb.models.mlp((64, 32)), digits, 128, steps or 600),
-        "wide MLP 784-512-10, batch 512": (wb.models.mlp((512,)), wide, 512, steps or 200),
+        "digits MLP 64-64-32-10, batch 128": (wb.models.mlp((64, 32)), digits, 128, 600),
+        "wide MLP 784-512-10, batch 512": (wb.models.mlp((512,)), wide, 512, 200),
     }
 
 
