@@ -76,7 +76,8 @@ class RecordedRun(Run):
         self.job = SimpleNamespace(
             run_id=self.run_dir.name, run_dir=str(self.run_dir), strategy=started.get("strategy"),
             workers=started.get("workers"), ps=started.get("ps"), steps=started.get("steps"),
-            global_batch_size=started.get("global_batch_size"), devices=started.get("devices", 0))
+            global_batch_size=started.get("global_batch_size"), devices=started.get("devices", 0),
+            steps_per_execution=1)  # not in run.json: anatomy() skips the first 2 steps
         self.tasks = [SimpleNamespace(name=f"{t['role']}:{t['index']}", role=t["role"], index=t["index"],
                                       engine_id=t.get("engine")) for t in started.get("tasks", [])]
         self._results = {t.name: None for t in self.tasks}
