@@ -89,7 +89,7 @@ def line_chart(series, title, xlabel, ylabel, width=440, height=220, points=()):
     on a 0-1 right-hand axis (accuracy). A few round ticks a side, compact tick labels clear
     of the axis labels, and the legend under the plot, where it covers no curve."""
     labels = [s[0] for s in series] + [f"● {p[0]}" for p in points if len(p[1])]
-    pad_l, pad_r, pad_t, pad_b = 58, 40 if points else 14, 24, 34
+    pad_l, pad_r, pad_t, pad_b = 58, 40 if points else 20, 24, 34  # right: half of a "3,000" tick label
     col_w = max(60, 6.5 * max((len(label) for label in labels), default=0) + 16)  # px of the longest label
     per_row = max(1, int((width - pad_l) // col_w))
     legend_h = 14 * ((len(labels) + per_row - 1) // per_row)
