@@ -66,9 +66,10 @@ class Comparison:
                                           display_legend=True))
                 legend = render.legend_html(render.legend_outside(marks), "wb-compare-legend")
                 fig = bq.Figure(marks=marks, title=f"Loss against {xlabel}",
-                                axes=[bq.Axis(scale=xs, label=xlabel, num_ticks=render.X_TICKS),
-                                      bq.Axis(scale=ys, side="left", label="loss", num_ticks=render.Y_TICKS)],
+                                axes=[bq.Axis(scale=xs, label=xlabel), bq.Axis(scale=ys, side="left", label="loss")],
                                 layout=W.Layout(width="480px", height="300px"))
+                if marks:  # a few round ticks at any length
+                    render.set_ticks(fig.axes[0], min(m.x.min() for m in marks), max(m.x.max() for m in marks))
                 fig.add_class("wb-compare-chart")
                 figs.append(W.VBox([fig, W.HTML(legend)]))  # the legend under the chart: never clipped
             self._widget = W.VBox([W.HBox(figs), W.HTML(self.table.round(4).to_html())])

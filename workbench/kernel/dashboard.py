@@ -71,12 +71,12 @@ class Dashboard:
         self.acc_points = bq.Scatter(x=[], y=[], scales={"x": self.x_scale, "y": self.acc_scale},
                                      colors=["#d62728"], default_size=40, labels=["test accuracy"],
                                      display_legend=True)
-        self.x_axis = bq.Axis(scale=self.x_scale, label="step", num_ticks=render.X_TICKS)
+        self.x_axis = bq.Axis(scale=self.x_scale, label="step")
         self.loss_fig = bq.Figure(
             marks=[*self.loss_lines.values(), *([self.loss_band, self.loss_median] if self.aggregate else []),
                    self.global_line, self.acc_points],
-            axes=[self.x_axis, bq.Axis(scale=self.loss_scale, side="left", label="loss", num_ticks=render.Y_TICKS),
-                  bq.Axis(scale=self.acc_scale, side="right", label="test accuracy", num_ticks=render.Y_TICKS)],
+            axes=[self.x_axis, bq.Axis(scale=self.loss_scale, side="left", label="loss"),
+                  bq.Axis(scale=self.acc_scale, side="right", label="test accuracy")],
             title="Loss",
             layout=W.Layout(width="520px", height="320px"), fig_margin=dict(top=40, bottom=40, left=55, right=55),
         )
@@ -101,9 +101,8 @@ class Dashboard:
                                    labels=["median of workers"], display_legend=True)
         self.thr_fig = bq.Figure(
             marks=list(self.thr_lines.values()) + ([self.thr_band, self.thr_median] if self.aggregate else []),
-            axes=[bq.Axis(scale=self.tx, label="step", num_ticks=render.X_TICKS),
-                  bq.Axis(scale=self.ty, side="left", label="examples/s", num_ticks=render.Y_TICKS,
-                          tick_format=render.THROUGHPUT_FORMAT)],
+            axes=[bq.Axis(scale=self.tx, label="step"),
+                  bq.Axis(scale=self.ty, side="left", label="examples/s", tick_format=render.THROUGHPUT_FORMAT)],
             title="Throughput per worker", layout=W.Layout(width="520px", height="320px"),
             fig_margin=dict(top=40, bottom=40, left=65, right=20),
         )
@@ -214,6 +213,8 @@ class Dashboard:
                         self.thr_band.x, self.thr_band.y = sx, [by["eps_p10"][idx], by["eps_p90"][idx]]
                     with self.thr_median.hold_sync():
                         self.thr_median.x, self.thr_median.y = sx, by["eps_median"][idx]
+                render.set_ticks(self.x_axis, gx.min(), gx.max())  # a few round ticks at any length
+                render.set_ticks(self.thr_fig.axes[0], by["step"].min(), by["step"].max())
                 smooth = livestats.ema(by["loss_mean"], self.smooth.value)[idx]
                 with self.global_line.hold_sync():
                     self.global_line.x, self.global_line.y = gx, smooth

@@ -31,9 +31,18 @@ def thin(n, most=1000):
     return np.unique(idx)
 
 
-X_TICKS = 5  # tick labels on an x axis: "3,000"-wide labels stay apart on a 450 px axis
+X_TICKS = 6  # tick labels on an x axis: "3,000"-wide labels stay apart on a 450 px axis
 Y_TICKS = 5
-THROUGHPUT_FORMAT = "~s"  # d3 format: 24k, 1.2M (bqplot axes); compact() in the static charts
+THROUGHPUT_FORMAT = "~s"  # d3 format of d3's own round ticks: 24k, 1.2M; compact() in the static charts
+
+
+def set_ticks(axis, lo: float, hi: float, most: int = X_TICKS) -> None:
+    """Give a bqplot ``axis`` at most ``most`` round ticks over [lo, hi] (its scale's data
+    range): d3's own choice crowds a 3,000-step axis with 16 labels, and bqplot's
+    ``num_ticks`` spaces them evenly at unround values (74, 151, 227)."""
+    ticks = nice_ticks(float(lo), float(hi), most)
+    if len(ticks) >= 2 and list(axis.tick_values if axis.tick_values is not None else []) != ticks:
+        axis.tick_values = np.asarray(ticks)
 
 
 def compact(value: float) -> str:
@@ -52,14 +61,15 @@ def compact(value: float) -> str:
 
 
 def nice_ticks(lo: float, hi: float, most: int = X_TICKS) -> list[float]:
-    """At most ``most`` round tick values (1, 2, 2.5 or 5 x 10^k apart) inside [lo, hi]."""
+    """As many round tick values (1, 2, 2.5 or 5 x 10^k apart) inside [lo, hi] as fit in ``most``."""
     if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:
         return [lo] if np.isfinite(lo) else []
-    raw = (hi - lo) / max(most - 1, 1)
-    base = 10 ** np.floor(np.log10(raw))
-    step = next(m * base for m in (1, 2, 2.5, 5, 10) if m * base >= raw)
-    first = np.ceil(lo / step) * step
-    return [float(t) for t in np.arange(first, hi + step * 1e-9, step)][:most]
+    base = 10 ** np.floor(np.log10((hi - lo) / max(most, 1)))
+    for step in (m * base * k for k in (1, 10, 100) for m in (1, 2, 2.5, 5)):
+        ticks = np.arange(np.ceil(lo / step) * step, hi + step * 1e-9, step)
+        if len(ticks) <= most:
+            return [float(t) + 0.0 for t in np.round(ticks, 12)]  # no 0.6000000000000001, no -0.0
+    return [float(lo), float(hi)]
 
 
 def legend_html(entries: list[tuple[str, str]], kind: str = "") -> str:
