@@ -4,6 +4,8 @@ strategy."""
 
 import html
 
+import numpy as np
+
 from workbench.common import figures
 from workbench.kernel import render
 from workbench.kernel.dashboard import MIME_WIDGET
@@ -70,6 +72,8 @@ class Comparison:
                                 layout=W.Layout(width="480px", height="300px"))
                 if marks:  # a few round ticks at any length
                     render.set_ticks(fig.axes[0], min(m.x.min() for m in marks), max(m.x.max() for m in marks))
+                    render.set_ticks(fig.axes[1], min(np.nanmin(m.y) for m in marks), max(np.nanmax(m.y) for m in marks),
+                                     render.Y_TICKS)
                 fig.add_class("wb-compare-chart")
                 figs.append(W.VBox([fig, W.HTML(legend)]))  # the legend under the chart: never clipped
             self._widget = W.VBox([W.HBox(figs), W.HTML(self.table.round(4).to_html())])
