@@ -1,10 +1,19 @@
 """The quickstart in a real JupyterLab in a real browser (Debian's chromium, driven by
 Playwright): the dashboard's loss chart gains points while training runs, its placement
-view names the PS task, its Stop button stops the run. Then the notebook loads in
-Notebook 7. A screenshot is saved under build/screenshots/."""
+view names the PS task, its Stop button stops the run. Then what a person sees once the
+notebook has run, from the page's own layout: no throughput axis far above what the run
+did, no task "lost" after a successful run, legends that cover no plot and are not
+clipped, tick labels that neither run together nor touch their axis label. Then the
+notebook loads in Notebook 7. Screenshots are saved under the test's tmp dir and listed
+in the test output."""
 
+import re
+
+import numpy as np
 import pytest
-from browser_tools import SHOTS, accept_dialogs, run_menu, start_session, wait_for
+from browser_tools import accept_dialogs, run_menu, start_session, wait_for
+
+import workbench as wb
 
 pytestmark = pytest.mark.cluster
 
@@ -24,26 +33,112 @@ def text_of(page, selector, index):
                          [selector, index])
 
 
-def test_quickstart_dashboard_in_jupyterlab_and_notebook7(lab, browser, tmp_path):
+LAYOUT = """([scope, i, chart, legend]) => {
+  const root = document.querySelectorAll(scope)[i];
+  if (!root) return null;
+  const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const legends = [...root.querySelectorAll(legend)].map(e => ({text: e.innerText, box: box(e),
+                                                                clipped: e.scrollWidth > e.clientWidth + 1}));
+  return {root: box(root), legends, charts: [...root.querySelectorAll(chart)].map(fig => ({
+    plot: box(fig.querySelector('rect.plotarea_background')),
+    inside: [...fig.querySelectorAll('.legendtext')].filter(t => t.textContent).map(t => box(t)),
+    axes: [...fig.querySelectorAll('g.axis')].filter(a => a.querySelector('.axislabel')).map(a => ({
+      label: a.querySelector('.axislabel').textContent, label_box: box(a.querySelector('.axislabel')),
+      ticks: [...a.querySelectorAll('.tick text')].filter(t => t.textContent).map(t => [t.textContent, box(t)])}))}))};
+}"""
+
+
+def layout(page, scope, index, chart, legend):
+    """Bounding boxes (left, top, right, bottom) of the charts of one widget: each plot area,
+    its axes' labels and tick labels, and the legends."""
+    return page.evaluate(LAYOUT, [scope, index, chart, legend])
+
+
+def overlap(a, b, slack=0.5):
+    return a[0] < b[2] - slack and b[0] < a[2] - slack and a[1] < b[3] - slack and b[1] < a[3] - slack
+
+
+def si(text):
+    """A d3 "~s" tick label as a number: 24k -> 24000."""
+    text = text.replace("\u2212", "-").replace(",", "")
+    scale = {"k": 1e3, "M": 1e6, "G": 1e9, "m": 1e-3, "\u00b5": 1e-6}.get(text[-1:], 1)
+    return float(text[:-1] if scale != 1 else text) * scale
+
+
+def check_legible(charts, legends, what):
+    """Legends clear of every plot area and whole; tick labels apart; axis labels clear of ticks."""
+    for chart in charts:
+        assert not chart["inside"], f"{what}: a legend drawn inside the chart, over the curves"
+        for legend in legends:
+            assert not overlap(legend["box"], chart["plot"]), f"{what}: legend {legend} covers the plot {chart['plot']}"
+        for axis in chart["axes"]:
+            ticks = [b for _, b in axis["ticks"]]
+            assert len(ticks) >= 2, f"{what}: axis {axis['label']!r} has ticks {axis['ticks']}"
+            crowded = [(axis["ticks"][j][0], axis["ticks"][j + 1][0]) for j in range(len(ticks) - 1)
+                       if overlap(ticks[j], ticks[j + 1], slack=-2)]  # less than 2 px apart
+            assert not crowded, f"{what}: tick labels of {axis['label']!r} run together: {crowded}"
+            touching = [t for t, b in axis["ticks"] if overlap(b, axis["label_box"])]
+            assert not touching, f"{what}: the label {axis['label']!r} overlaps its tick labels {touching}"
+    for legend in legends:
+        assert not legend["clipped"], f"{what}: legend clipped: {legend}"
+
+
+def test_quickstart_dashboard_in_jupyterlab_and_notebook7(lab, browser, tmp_path, capsys):
     base, token, server = lab
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
     page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-    SHOTS.mkdir(parents=True, exist_ok=True)
     try:
-        _drive_quickstart(page, base, token)
+        _drive_quickstart(page, base, token, shots)
+        _check_what_a_person_sees(page, tmp_path / "home", shots)
     except Exception:
-        page.screenshot(path=str(SHOTS / "lab-failure.png"), full_page=False)
-        (SHOTS / "lab-failure.txt").write_text(page.locator("body").inner_text())
+        page.screenshot(path=str(shots / "lab-failure.png"), full_page=False)
+        (shots / "lab-failure.txt").write_text(page.locator("body").inner_text())
         raise
+    finally:
+        with capsys.disabled():
+            print("\nscreenshots for review:", *sorted(str(p) for p in shots.iterdir()), sep="\n  ")
 
     # Notebook 7 opens the same notebook
     nb7 = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
     nb7.goto(f"{base}/notebooks/00_quickstart.ipynb?token={token}")
     nb7.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     wait_for(lambda: "Quickstart" in nb7.locator(".jp-Notebook").inner_text(), 60, lambda: "the quickstart in Notebook 7")
-    nb7.screenshot(path=str(SHOTS / "notebook7.png"))
+    nb7.screenshot(path=str(shots / "notebook7.png"))
 
 
-def _drive_quickstart(page, base, token):
+def _check_what_a_person_sees(page, home, shots):
+    """Both dashboards and the comparison, once the notebook has run: the MWMS run finished,
+    the PS run was stopped from its dashboard."""
+    for i in range(2):
+        dash = page.locator(".wb-dashboard").nth(i)
+        dash.scroll_into_view_if_needed()
+        dash.screenshot(path=str(shots / f"dashboard-{i}.png"))
+        run_id = re.search(r"workbench run (\S+)", text_of(page, ".wb-dashboard", i)).group(1)
+        h = wb.history(run_id, home=home)
+        median = float(np.median(h.examples_per_s))
+        charts = layout(page, ".wb-dashboard", i, ".wb-throughput", ".wb-throughput-legend")["charts"]
+        axis = next(a for a in charts[0]["axes"] if a["label"] == "examples/s")
+        top = max(si(t) for t, _ in axis["ticks"])
+        assert top <= 10 * median, f"run {run_id}: the throughput axis reaches {top:,.0f}, median {median:,.0f}"
+        for chart, legend in ((".wb-loss", ".wb-loss-legend"), (".wb-throughput", ".wb-throughput-legend")):
+            seen = layout(page, ".wb-dashboard", i, chart, legend)
+            assert seen["legends"] and seen["charts"], f"dashboard {i}: {chart} and {legend} not found"
+            check_legible(seen["charts"], seen["legends"], f"dashboard {i} {chart}")
+    status, engines = text_of(page, ".wb-status", 0), text_of(page, ".wb-engines", 0)
+    assert "finished" in status and "lost" not in engines and "failed" not in engines, (status, engines)
+    compare = page.locator(".wb-compare").first
+    compare.scroll_into_view_if_needed()
+    compare.screenshot(path=str(shots / "compare.png"))
+    seen = layout(page, ".wb-compare", 0, ".wb-compare-chart", ".wb-compare-legend")
+    assert len(seen["charts"]) == 2, seen
+    check_legible(seen["charts"], seen["legends"], "wb.compare")
+    text = " ".join(legend["text"] for legend in seen["legends"])
+    assert text.count("all-reduce, 2 workers") == 2 and text.count("parameter server, 1 worker") == 2, text
+    assert all(legend["box"][2] <= seen["root"][2] + 1 for legend in seen["legends"]), seen
+
+
+def _drive_quickstart(page, base, token, shots):
     start_session(base, token, "00_quickstart.ipynb")
     page.goto(f"{base}/lab/tree/00_quickstart.ipynb?token={token}")
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
@@ -65,7 +160,7 @@ def _drive_quickstart(page, base, token):
     assert grown > first
     wait_for(lambda: "ps:0" in text_of(page, ".wb-placement", 1), 60, lambda: "ps:0 in the placement view")
     page.locator(".wb-dashboard").nth(1).scroll_into_view_if_needed()
-    page.screenshot(path=str(SHOTS / "lab-dashboard.png"), full_page=False)
+    page.screenshot(path=str(shots / "lab-dashboard.png"), full_page=False)
     page.locator(".wb-stop").nth(1).click()
     wait_for(lambda: "stopped" in text_of(page, ".wb-status", 1), 60,
              lambda: f"the run to stop; status: {text_of(page, '.wb-status', 1)}")
@@ -74,5 +169,5 @@ def _drive_quickstart(page, base, token):
     run_menu(page, "Run Selected Cell and All Below")
     wait_for(lambda: accept_dialogs(page) and "stopped, 0 engines" in page.locator(".jp-Notebook").inner_text(), 120,
              lambda: "the notebook's last cell (cluster.stop())")
-    page.screenshot(path=str(SHOTS / "lab-after-stop.png"), full_page=False)
+    page.screenshot(path=str(shots / "lab-after-stop.png"), full_page=False)
 

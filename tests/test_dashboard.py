@@ -35,7 +35,7 @@ def test_dashboard_follows_a_parameter_server_run_and_stops_it(cluster):
     assert run.step >= 600, f"run stuck at step {run.step}"
     assert len(set(seen)) >= 3 and seen == sorted(seen), f"the loss chart should grow while training: {seen[:20]}"
     assert "ps:0" in dash.placement.value and "chief:0" in dash.placement.value
-    assert "examples/s in total" in dash.thr_text.value
+    assert "examples/s" in dash.thr_text.value and "steps/s" in dash.thr_text.value
     # one state model: while the chief trains, the PS task and the worker serve it
     assert run.task_states() == {"chief:0": "running", "ps:0": "serving", "worker:0": "serving"}, run.task_states()
     assert len(dash.acc_points.x) >= 1  # test accuracy every 200 steps
@@ -86,8 +86,11 @@ def test_compare_overlays_runs_and_tabulates_throughput(cluster):
     assert list(c.table.index) == ["one process", "two workers"]
     assert (c.table["steps/s"] > 0).all() and (c.table["steps"] == 60).all()
     assert c.table.loc["two workers", "examples/s"] == pytest.approx(c.table.loc["two workers", "steps/s"] * 64)
-    loss_vs_step, loss_vs_time = c.widget.children[0].children
+    (loss_vs_step, step_legend), (loss_vs_time, _) = (box.children for box in c.widget.children[0].children)
     assert [len(m.x) for m in loss_vs_step.marks] == [60, 60]
+    # legends under the charts, whole: none drawn inside the plot, where it covers curves or is clipped
+    assert not any(m.display_legend for m in loss_vs_step.marks)
+    assert "one process" in step_legend.value and "two workers" in step_legend.value
     assert loss_vs_time.axes[0].label == "wall time (s)"
     bundle = c._repr_mimebundle_()
     assert bundle["text/html"].count("<svg") == 2 and "two workers" in bundle["text/html"]

@@ -108,7 +108,9 @@ def describe(run: "Run") -> str:
              f"  status         {run.status}" + (f": {run.error}" if run.error else ""),
              f"  steps          {run.final_step}/{job.steps}"]
     if len(h):
-        lines.append(f"  final loss     {h.loss.iloc[-10:].mean():.4f} (mean of the last 10 steps)")
+        from workbench.common import figures
+
+        lines.append(f"  final loss     {figures.final_loss(h.step.values, h.loss.values):.4f} (mean of the last 10 steps)")
     for name, value in (run.evaluation or {}).items():
         if name.startswith("test_"):
             lines.append(f"  {name.replace('_', ' '):<14} {value:.4f}")
@@ -185,22 +187,24 @@ def _follow(run, out, progress):
 
 
 def summary(run: "Run") -> str:
-    """The run in a few lines; steps/s, examples/s and wall time are ``wb.compare``'s own
-    figures for the run (one definition: ``compare.summary``)."""
-    from workbench.kernel import compare
+    """The run in a few lines; steps/s, examples/s, step time and wall time by their one
+    definition (``common/figures.py``), the numbers ``wb.compare``, the dashboard and the
+    panel give for the run."""
+    from workbench.common import figures
 
     h = run.history
-    figures = compare.summary(run, run.id)
     lines = [f"run {run.id}: {run.job.strategy}, workers={run.job.workers}, ps={run.job.ps}",
              f"  steps          {run.final_step}/{run.job.steps}" + (" (stopped)" if run.stopped else "")]
     if len(h):
+        fig = figures.history_figures(h, run.job.global_batch_size)
         per_worker = h.groupby("worker").examples_per_s.median()
-        lines.append(f"  final loss     {h.loss.iloc[-10:].mean():.4f} (mean of the last 10 steps)")
-        lines.append(f"  steps/s        {figures['steps/s']:,.1f} (global steps, after the first fifth of the run)")
-        lines.append(f"  examples/s     {figures['examples/s']:,.0f} (steps/s x global batch "
-                     f"{run.job.global_batch_size}); per worker, median: "
+        lines.append(f"  final loss     {figures.final_loss(h.step.values, h.loss.values):.4f} (mean of the last 10 steps)")
+        lines.append(f"  steps/s        {fig['steps_per_s']:,.1f} (global steps, after the first fifth of the run)")
+        lines.append(f"  examples/s     {fig['examples_per_s']:,.0f} (steps/s x global batch "
+                     f"{run.job.global_batch_size}); each worker's own, median: "
                      f"{', '.join(f'{w} {v:,.0f}' for w, v in per_worker.items())}")
-        lines.append(f"  wall time      {figures['wall time (s)']:.1f} s (first to last step)")
+        lines.append(f"  step time      {fig['step_time'] * 1000:.2f} ms (median)")
+        lines.append(f"  wall time      {fig['wall_time']:.1f} s (first to last step)")
     for name, value in (run.evaluation or {}).items():
         if name.startswith("test_"):
             lines.append(f"  {name.replace('_', ' '):<14} {value:.4f}")

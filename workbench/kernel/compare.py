@@ -8,6 +8,9 @@ import html
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from workbench.common import figures
 from workbench.kernel import render
 from workbench.kernel.dashboard import MIME_WIDGET
 
@@ -22,13 +25,10 @@ def summary(run: Run, label: str) -> dict[str, Any]:
     row = {"run": label, "strategy": run.job.strategy, "workers": run.job.workers, "ps": run.job.ps,
            "global batch": run.job.global_batch_size, "steps": run.final_step}
     if len(h):
-        glob = h.groupby("step").agg(loss=("loss", "mean"), elapsed=("elapsed", "max"))
-        steady = glob.iloc[len(glob) // 5:]
-        span = steady.elapsed.iloc[-1] - steady.elapsed.iloc[0] if len(steady) > 1 else 0
-        steps_per_s = (steady.index[-1] - steady.index[0]) / span if span > 0 else float("nan")
-        row.update({"final loss": float(glob.loss.iloc[-10:].mean()), "steps/s": steps_per_s,
-                    "examples/s": steps_per_s * run.job.global_batch_size,
-                    "wall time (s)": float(glob.elapsed.iloc[-1])})
+        fig = figures.history_figures(h, run.job.global_batch_size)  # the one definition of each
+        row.update({"final loss": figures.final_loss(h["step"].values, h["loss"].values),
+                    "steps/s": fig["steps_per_s"], "examples/s": fig["examples_per_s"],
+                    "step time (ms)": fig["step_time"] * 1000, "wall time (s)": fig["wall_time"]})
     for name, value in (run.evaluation or {}).items():
         if name.startswith("test_") and name != "test_loss":
             row[name.replace("_", " ")] = value
@@ -75,10 +75,16 @@ class Comparison:
                     marks.append(bq.Lines(x=cx[idx].astype(float), y=cy[idx], scales={"x": xs, "y": ys},
                                           colors=[render.COLORS[i % len(render.COLORS)]], labels=[label],
                                           display_legend=True))
-                figs.append(bq.Figure(marks=marks, axes=[bq.Axis(scale=xs, label=xlabel),
-                                                         bq.Axis(scale=ys, side="left", label="loss")],
-                                      title=f"Loss against {xlabel}", legend_location="top-right",
-                                      layout=W.Layout(width="480px", height="300px")))
+                legend = render.legend_html(render.legend_outside(marks), "wb-compare-legend")
+                fig = bq.Figure(marks=marks, title=f"Loss against {xlabel}",
+                                axes=[bq.Axis(scale=xs, label=xlabel), bq.Axis(scale=ys, side="left", label="loss")],
+                                layout=W.Layout(width="480px", height="300px"))
+                if marks:  # a few round ticks at any length
+                    render.set_ticks(fig.axes[0], min(m.x.min() for m in marks), max(m.x.max() for m in marks))
+                    render.set_ticks(fig.axes[1], min(np.nanmin(m.y) for m in marks), max(np.nanmax(m.y) for m in marks),
+                                     render.Y_TICKS)
+                fig.add_class("wb-compare-chart")
+                figs.append(W.VBox([fig, W.HTML(legend)]))  # the legend under the chart: never clipped
             self._widget = W.VBox([W.HBox(figs), W.HTML(self.table.round(4).to_html())])
             self._widget.add_class("wb-compare")
         return self._widget

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.common import figures
 from workbench.kernel import fault_controls, links, livestats, render
 from workbench.store import RunDir
 
@@ -77,7 +78,7 @@ class Dashboard:
                    self.global_line, self.acc_points],
             axes=[self.x_axis, bq.Axis(scale=self.loss_scale, side="left", label="loss"),
                   bq.Axis(scale=self.acc_scale, side="right", label="test accuracy")],
-            title="Loss", legend_location="top-right",
+            title="Loss",
             layout=W.Layout(width="520px", height="320px"), fig_margin=dict(top=40, bottom=40, left=55, right=55),
         )
         self.loss_fig.add_class("wb-loss")
@@ -102,7 +103,7 @@ class Dashboard:
         self.thr_fig = bq.Figure(
             marks=list(self.thr_lines.values()) + ([self.thr_band, self.thr_median] if self.aggregate else []),
             axes=[bq.Axis(scale=self.tx, label="step"),
-                  bq.Axis(scale=self.ty, side="left", label="examples/s")],
+                  bq.Axis(scale=self.ty, side="left", label="examples/s", tick_format=render.THROUGHPUT_FORMAT)],
             title="Throughput per worker", layout=W.Layout(width="520px", height="320px"),
             fig_margin=dict(top=40, bottom=40, left=65, right=20),
         )
@@ -127,8 +128,11 @@ class Dashboard:
 
         header = W.HTML(f"<b>workbench run {html.escape(run.id)}</b> · {html.escape(run.job.strategy)} · "
                         f"workers={run.job.workers} ps={run.job.ps} · global batch {run.job.global_batch_size}")
-        loss_box = W.VBox([W.HBox([self.x_choice, self.smooth]), self.loss_fig])
-        thr_box = W.VBox([self.thr_text, self.thr_fig])
+        # legends under the charts, never over the curves (render.legend_outside)
+        loss_legend = W.HTML(render.legend_html(render.legend_outside(self.loss_fig.marks), "wb-loss-legend"))
+        thr_legend = W.HTML(render.legend_html(render.legend_outside(self.thr_fig.marks), "wb-throughput-legend"))
+        loss_box = W.VBox([W.HBox([self.x_choice, self.smooth]), self.loss_fig, loss_legend])
+        thr_box = W.VBox([self.thr_text, self.thr_fig, thr_legend])
         self.faults = fault_controls.for_run(run)  # runs on a test bed: link down/up, slow, kill engines
         self.widget = W.VBox([
             header,
@@ -211,6 +215,8 @@ class Dashboard:
                         self.thr_band.x, self.thr_band.y = sx, [by["eps_p10"][idx], by["eps_p90"][idx]]
                     with self.thr_median.hold_sync():
                         self.thr_median.x, self.thr_median.y = sx, by["eps_median"][idx]
+                render.set_ticks(self.x_axis, gx.min(), gx.max())  # a few round ticks at any length
+                render.set_ticks(self.thr_fig.axes[0], by["step"].min(), by["step"].max())
                 smooth = livestats.ema(by["loss_mean"], self.smooth.value)[idx]
                 with self.global_line.hold_sync():
                     self.global_line.x, self.global_line.y = gx, smooth
@@ -257,9 +263,16 @@ class Dashboard:
         if recent is None:
             return "<i>no steps yet</i>"
         per_worker = recent["examples_per_s"]
-        total = recent["total"]
-        parts = [f"<b>{total:,.0f}</b> examples/s in total",
-                 f"{recent['steps_per_s']:,.1f} steps/s", f"step time {recent['step_time'] * 1000:.2f} ms"]
+        batch = self.run.job.global_batch_size
+        if self.run.done:  # the run's own figures: what wb.compare, the CLI and the panel say
+            fig = self._run_figures()
+            where = "whole run"
+        else:
+            fig = {"steps_per_s": recent["steps_per_s"], "step_time": recent["step_time"]}
+            fig["examples_per_s"] = figures.examples_per_s(fig["steps_per_s"], batch)
+            where = f"last {livestats.RECENT_S:.0f} s"
+        total = fig["examples_per_s"]
+        parts = render.figures_text(fig, where)
         for name, value in recent["metrics"].items():  # the user's metrics: mean over the last 5 s
             parts.append(f"{html.escape(name)} {value:.3f}")
         watch = getattr(self.run, "links", None)  # recorded runs have none
@@ -271,21 +284,25 @@ class Dashboard:
                             " (unshaped)"))
         base = self._baseline()
         if base:
-            parts.append(f"scaling efficiency {total / (len(per_worker) * base):.2f} "
-                         f"(vs {len(per_worker)} × {base:,.0f} examples/s of one worker)")
+            workers = self.run.job.workers
+            parts.append(f"scaling efficiency {figures.scaling_efficiency(total, workers, base):.2f} "
+                         f"(vs {workers} × {base:,.0f} examples/s of one worker)")
         if self.aggregate:  # the band hides who is slow: name them
             slow = ", ".join(f"{html.escape(w)} {per_worker[w]:,.0f}" for w in recent["slowest"][:3])
             parts.append(f"<span class='wb-slowest'>slowest: {slow} examples/s</span>")
         return "<span class='wb-throughput-text'>" + " · ".join(parts) + "</span>"
 
+    def _run_figures(self):
+        return figures.history_figures(self.run.history, self.run.job.global_batch_size)
+
     def _baseline(self):
         b = self.baseline
         if b is None:
             return None
-        if hasattr(b, "history"):
-            if self._base is None or not b.done:  # a finished run's median does not change
+        if hasattr(b, "history"):  # a run of one worker alone: its examples/s, as compare has it
+            if self._base is None or not b.done:  # a finished run's figures do not change
                 h = b.history
-                self._base = float(h.examples_per_s.median()) if len(h) else None
+                self._base = figures.history_figures(h, b.job.global_batch_size)["examples_per_s"] if len(h) else None
             return self._base
         return float(b)
 

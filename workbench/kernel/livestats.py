@@ -17,8 +17,10 @@ from numpy.typing import ArrayLike
 
 from workbench.common.protocols import StepRow
 
+from workbench.common import figures
+
 PER_WORKER_LINES = 8  # one colour each (render.COLORS); more workers: aggregate + band
-RECENT_S = 5.0  # the throughput text's window
+RECENT_S = figures.RECENT_S  # the throughput text's window
 PER_WORKER_RECENT = 9  # rows per worker its recent examples/s is the median of
 RECENT_SAMPLE = 4096  # newest rows (any worker) the step time and user metrics are taken over
 
@@ -99,8 +101,9 @@ class LiveStats:
 
     def recent(self, metric_names: Iterable[str] = ()) -> dict[str, Any] | None:
         """The last RECENT_S seconds: per-worker median examples/s (over its last
-        ``PER_WORKER_RECENT`` rows), steps/s, median step time, the mean of each user
-        metric, and the workers from slowest to fastest. O(workers + a bounded sample)."""
+        ``PER_WORKER_RECENT`` rows), steps/s and step time (``common/figures.py``'s
+        definitions over the steps that ended in the window), the mean of each user metric,
+        and the workers from slowest to fastest. O(workers + a bounded sample)."""
         if not self._progress:
             return None
         horizon = self.newest - RECENT_S
@@ -114,7 +117,7 @@ class LiveStats:
         for q in (self._progress, self._sample):
             while len(q) > 1 and q[0][0] < horizon:
                 q.popleft()
-        (t0, s0), (t1, s1) = self._progress[0], self._progress[-1]
+        ends, steps = zip(*(self._progress[0], self._progress[-1]))
         step_times = [r.get("step_time", np.nan) for _, r in self._sample]
         metrics = {}
         for n in metric_names:
@@ -123,9 +126,8 @@ class LiveStats:
                 metrics[n] = float(np.mean(values))
         return {
             "examples_per_s": medians,
-            "total": float(sum(medians.values())),
-            "steps_per_s": (s1 - s0) / (t1 - t0) if t1 > t0 else float("nan"),
-            "step_time": float(np.nanmedian(step_times)) if step_times else float("nan"),
+            "steps_per_s": figures.steps_per_s(steps, ends),
+            "step_time": figures.step_time(step_times),
             "metrics": metrics,
             "slowest": sorted(medians, key=medians.get),
         }

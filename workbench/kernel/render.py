@@ -40,11 +40,81 @@ def thin(n: int, most: int = 1000) -> np.ndarray:
     return np.unique(idx)
 
 
+X_TICKS = 6  # tick labels on an x axis: "3,000"-wide labels stay apart on a 450 px axis
+Y_TICKS = 5
+THROUGHPUT_FORMAT = "~s"  # d3 format of d3's own round ticks: 24k, 1.2M; compact() in the static charts
+
+
+def set_ticks(axis: Any, lo: float, hi: float, most: int = X_TICKS) -> None:
+    """Give a bqplot ``axis`` at most ``most`` round ticks over [lo, hi] (its scale's data
+    range): d3's own choice crowds a 3,000-step axis with 16 labels, and bqplot's
+    ``num_ticks`` spaces them evenly at unround values (74, 151, 227)."""
+    ticks = nice_ticks(float(lo), float(hi), most)
+    if len(ticks) >= 2 and list(axis.tick_values if axis.tick_values is not None else []) != ticks:
+        axis.tick_values = np.asarray(ticks)
+
+
+def compact(value: float) -> str:
+    """A tick label short enough to stay clear of its axis label: 24k, 1.2M, 0.35, 3,000."""
+    v = float(value)
+    if not np.isfinite(v):
+        return ""
+    a = abs(v)
+    if a >= 1e4:
+        for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if a >= div:
+                return f"{v / div:.3g}{unit}"
+    if a >= 100 or v == int(v):
+        return f"{v:,.0f}"
+    return f"{v:.3g}"
+
+
+def nice_ticks(lo: float, hi: float, most: int = X_TICKS) -> list[float]:
+    """As many round tick values (1, 2, 2.5 or 5 x 10^k apart) inside [lo, hi] as fit in ``most``."""
+    if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:
+        return [lo] if np.isfinite(lo) else []
+    base = 10 ** np.floor(np.log10((hi - lo) / max(most, 1)))
+    for step in (m * base * k for k in (1, 10, 100) for m in (1, 2, 2.5, 5)):
+        ticks = np.arange(np.ceil(lo / step) * step, hi + step * 1e-9, step)
+        if len(ticks) <= most:
+            return [float(t) + 0.0 for t in np.round(ticks, 12)]  # no 0.6000000000000001, no -0.0
+    return [float(lo), float(hi)]
+
+
+def legend_html(entries: list[tuple[str, str]], kind: str = "") -> str:
+    """A legend beside a chart, never over it: ``entries`` are (label, colour)."""
+    items = "".join(f'<span class="wb-legend-item" style="white-space:nowrap;margin-right:10px">'
+                    f'<span style="color:{c}">&#9644;</span> {html.escape(str(label))}</span>'
+                    for label, c in entries if label)
+    return f'<div class="wb-legend {kind}" style="font:11px sans-serif;line-height:16px">{items}</div>'
+
+
+def legend_outside(marks: list[Any]) -> list[tuple[str, str]]:
+    """The legend entries of bqplot ``marks`` (label, colour), their own legend turned off:
+    bqplot draws a legend inside the plot area, over the curves, so charts show these in
+    ``legend_html`` beside the figure instead."""
+    entries = []
+    for mark in marks:
+        if getattr(mark, "display_legend", False):
+            colors = list(getattr(mark, "colors", []) or ["#000"])
+            for i, label in enumerate(getattr(mark, "labels", []) or []):
+                entries.append((label, colors[i % len(colors)]))
+            mark.display_legend = False
+    return entries
+
+
 def line_chart(series: Sequence[tuple[str, Any, Any]], title: str, xlabel: str, ylabel: str, width: int = 440,
                height: int = 220, points: Sequence[tuple[str, Any, Any]] = ()) -> str:
     """An SVG line chart. ``series``: [(label, xs, ys)]; ``points``: [(label, xs, ys)] drawn as dots
-    on a 0-1 right-hand axis (accuracy)."""
-    pad_l, pad_r, pad_t, pad_b = 48, 44 if points else 12, 24, 32
+    on a 0-1 right-hand axis (accuracy). A few round ticks a side, compact tick labels clear
+    of the axis labels, and the legend under the plot, where it covers no curve."""
+    labels = [s[0] for s in series] + [f"● {p[0]}" for p in points if len(p[1])]
+    pad_l, pad_r, pad_t, pad_b = 58, 40 if points else 20, 24, 34  # right: half of a "3,000" tick label
+    col_w = max(60, 6.5 * max((len(label) for label in labels), default=0) + 16)  # px of the longest label
+    per_row = max(1, int((width - pad_l) // col_w))
+    legend_h = 14 * ((len(labels) + per_row - 1) // per_row)
+    plot_h = height - pad_t - pad_b
+    height = height + legend_h
     xs_all = np.concatenate([np.asarray(s[1], float) for s in series if len(s[1])] or [np.zeros(1)])
     ys_all = np.concatenate([np.asarray(s[2], float) for s in series if len(s[2])] or [np.zeros(1)])
     ys_all = ys_all[np.isfinite(ys_all)] if np.isfinite(ys_all).any() else np.zeros(1)
@@ -52,7 +122,7 @@ def line_chart(series: Sequence[tuple[str, Any, Any]], title: str, xlabel: str, 
     y0, y1 = float(min(ys_all.min(), 0)), float(ys_all.max()) or 1.0
     if x1 == x0:
         x1 = x0 + 1
-    w, h = width - pad_l - pad_r, height - pad_t - pad_b
+    w, h = width - pad_l - pad_r, plot_h
 
     def px(x):
         return pad_l + (x - x0) / (x1 - x0) * w
@@ -63,29 +133,31 @@ def line_chart(series: Sequence[tuple[str, Any, Any]], title: str, xlabel: str, 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'style="font:11px sans-serif;background:#fff">',
            f'<text x="{pad_l}" y="14" font-weight="bold">{html.escape(title)}</text>',
-           f'<rect x="{pad_l}" y="{pad_t}" width="{w}" height="{h}" fill="none" stroke="#ccc"/>',
-           f'<text x="{pad_l + w / 2}" y="{height - 4}" text-anchor="middle">{html.escape(xlabel)}</text>',
-           f'<text x="{pad_l - 4}" y="{pad_t + 8}" text-anchor="end">{y1:.3g}</text>',
-           f'<text x="{pad_l - 4}" y="{pad_t + h}" text-anchor="end">{y0:.3g}</text>',
-           f'<text x="{pad_l}" y="{pad_t + h + 12}">{x0:.4g}</text>',
-           f'<text x="{pad_l + w}" y="{pad_t + h + 12}" text-anchor="end">{x1:.4g}</text>',
-           f'<text x="10" y="{pad_t + h / 2}" transform="rotate(-90 10 {pad_t + h / 2})" text-anchor="middle">'
+           f'<rect class="wb-plot" x="{pad_l}" y="{pad_t}" width="{w}" height="{h}" fill="none" stroke="#ccc"/>',
+           f'<text x="{pad_l + w / 2}" y="{pad_t + h + 28}" text-anchor="middle">{html.escape(xlabel)}</text>',
+           f'<text x="12" y="{pad_t + h / 2}" transform="rotate(-90 12 {pad_t + h / 2})" text-anchor="middle">'
            f'{html.escape(ylabel)}</text>']
-    legend_y = pad_t + 12
+    for t in nice_ticks(y0, y1, Y_TICKS):
+        out.append(f'<text x="{pad_l - 4}" y="{py(t) + 4:.1f}" text-anchor="end">{compact(t)}</text>'
+                   f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{py(t):.1f}" y2="{py(t):.1f}" stroke="#eee"/>')
+    for t in nice_ticks(x0, x1, X_TICKS):
+        out.append(f'<text x="{px(t):.1f}" y="{pad_t + h + 13}" text-anchor="middle">{compact(t)}</text>')
     for i, (label, xs, ys) in enumerate(series):
         idx = thin(len(xs), 400)
         pts = " ".join(f"{px(float(xs[j])):.1f},{py(float(ys[j])):.1f}" for j in idx if np.isfinite(ys[j]))
         color = COLORS[i % len(COLORS)]
         out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{pts}"/>')
-        out.append(f'<text x="{pad_l + w - 4}" y="{legend_y}" text-anchor="end" fill="{color}">{html.escape(label)}</text>')
-        legend_y += 13
     for label, xs, ys in points:
         for x, y in zip(xs, ys):
             out.append(f'<circle cx="{px(float(x)):.1f}" cy="{py(float(y), 0, 1):.1f}" r="3.5" fill="#000"/>')
         if len(xs):
             out.append(f'<text x="{width - 4}" y="{pad_t + 8}" text-anchor="end">1.0</text>'
-                       f'<text x="{width - 4}" y="{pad_t + h}" text-anchor="end">0</text>'
-                       f'<text x="{pad_l + w - 4}" y="{legend_y}" text-anchor="end">● {html.escape(label)}</text>')
+                       f'<text x="{width - 4}" y="{pad_t + h}" text-anchor="end">0</text>')
+    colors = [COLORS[i % len(COLORS)] for i in range(len(series))] + ["#000"] * (len(labels) - len(series))
+    top = pad_t + h + 34
+    for i, (label, color) in enumerate(zip(labels, colors)):  # the legend, under the plot
+        lx, ly = pad_l + (i % per_row) * col_w, top + 14 * (i // per_row) + 10
+        out.append(f'<text class="wb-legend" x="{lx}" y="{ly}" fill="{color}">{html.escape(label)}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -234,11 +306,23 @@ def anatomy_html(table: pd.DataFrame | None, width: int = 420, compression: str 
             f'(share of wall time) {legend}{"".join(rows)}{note}{bytes_sent_text(table, compression)}</div>')
 
 
+def figures_text(fig: dict, where: str) -> list[str]:
+    """The speed figures (``common/figures.py``) as the dashboard and its snapshot print them."""
+    return [f"<b>{fig['examples_per_s']:,.0f}</b> examples/s", f"{fig['steps_per_s']:,.1f} steps/s",
+            f"step time {fig['step_time'] * 1000:.2f} ms ({where})"]
+
+
 def snapshot_html(run: Any, status: str) -> str:
-    """The whole dashboard as static HTML: status, loss, throughput, placement."""
+    """The whole dashboard as static HTML: status, speed figures, loss, throughput, placement."""
+    from workbench.common import figures
+
     h = run.history
+    speed = ""
+    if len(h) and run.job.global_batch_size:
+        shown = figures_text(figures.history_figures(h, run.job.global_batch_size), "whole run")
+        speed = f"<div class='wb-throughput-text'>{' · '.join(shown)}</div>"
     parts = [f'<div style="font:12px sans-serif"><b>workbench run {html.escape(run.id)}</b> · '
-             f'{html.escape(status)}<div style="display:flex;flex-wrap:wrap;gap:8px">']
+             f'{html.escape(status)}{speed}<div style="display:flex;flex-wrap:wrap;gap:8px">']
     if len(h):
         many = h.worker.nunique() > 8  # livestats.PER_WORKER_LINES: past it, a median and its 10-90% spread
         if many:

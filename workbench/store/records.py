@@ -6,6 +6,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from workbench.common import figures
 from workbench.common.pids import alive
 from workbench.store import files
 from workbench.store.layout import Home, RunDir
@@ -29,23 +32,60 @@ class _Tail:
         self.path = path
         self.offset = 0
         self.steps = {}  # worker -> (step, loss, time) of its last row
-        self.losses = []  # (step, loss) of every row, thinned
-        self.recent = []  # (time, step) of the rows of the last few seconds
+        self.ends = {}  # step -> its end (the latest time a row of it was written): figures.py
+        self.losses = Sparkline()
 
     def update(self) -> None:
         rows, self.offset = files.read_lines(self.path, self.offset)
         for row in rows:
             if "step" not in row:
                 continue
-            self.steps[row.get("worker", "")] = (row["step"], row.get("loss"), row.get("time", 0.0))
+            step, t = row["step"], row.get("time", 0.0)
+            self.steps[row.get("worker", "")] = (step, row.get("loss"), t)
+            if t > self.ends.get(step, -1.0):
+                self.ends[step] = t
             if row.get("loss") is not None:
-                self.losses.append((row["step"], row["loss"]))
-            self.recent.append((row.get("time", 0.0), row["step"]))
-        if len(self.losses) > 4 * SPARK_POINTS:
-            self.losses = self.losses[::2]
-        if self.recent:
-            newest = self.recent[-1][0]
-            self.recent = [r for r in self.recent if r[0] >= newest - 5.0]
+                self.losses.add(step, row["loss"])
+
+
+class Sparkline:
+    """A run's loss by step at a resolution that halves as the run grows: at most
+    ``2 * SPARK_POINTS`` buckets of ``stride`` steps, each the mean loss of the rows in it.
+    The same rows give the same buckets whether they were read in one go or while the run
+    wrote them: the sparkline covers the whole run either way."""
+
+    def __init__(self) -> None:
+        self.stride = 1
+        self.buckets = {}  # first step of a bucket -> [sum of losses, rows]
+
+    def add(self, step: int, loss: float) -> None:
+        key = (step - 1) // self.stride * self.stride + 1
+        b = self.buckets.get(key)
+        if b is None:
+            b = self.buckets[key] = [0.0, 0]
+        b[0] += loss
+        b[1] += 1
+        while len(self.buckets) > 2 * SPARK_POINTS:
+            self.stride *= 2  # merge pairs of buckets: keys realigned to the wider stride
+            merged = {}
+            for k, (total, n) in self.buckets.items():
+                m = merged.setdefault((k - 1) // self.stride * self.stride + 1, [0.0, 0])
+                m[0] += total
+                m[1] += n
+            self.buckets = merged
+
+    @staticmethod
+    def of(tails: "list[Sparkline]") -> list[float]:
+        """The mean loss per bucket over several files' sparklines (one per worker), in step
+        order, at the coarsest of their strides."""
+        stride = max((t.stride for t in tails), default=1)
+        merged = {}
+        for t in tails:
+            for k, (total, n) in t.buckets.items():
+                m = merged.setdefault((k - 1) // stride * stride + 1, [0.0, 0])
+                m[0] += total
+                m[1] += n
+        return [total / n for _, (total, n) in sorted(merged.items())]
 
 
 class Records:
@@ -56,6 +96,7 @@ class Records:
         self.store = Home(home)
         self.home = self.store.path
         self._tails = {}
+        self._rates = {}  # run directory -> ((live, files' offsets), steps/s)
 
     def runs(self, limit: int = 50) -> list[RunSummary]:
         """The newest ``limit`` runs, newest first."""
@@ -64,6 +105,7 @@ class Records:
         # forget the files of runs deleted or no longer among the newest: polling for hours
         # over many runs keeps only what it lists
         self._tails = {key: tail for key, tail in self._tails.items() if key[0] in listed}
+        self._rates = {key: rate for key, rate in self._rates.items() if key in listed}
         return [r for r in (self.run(d) for d in dirs) if r is not None]
 
     def run(self, run_dir: "str | os.PathLike | RunDir") -> RunSummary | None:
@@ -81,12 +123,7 @@ class Records:
             tails.append(tail)
         last = [s for t in tails for s in t.steps.values()]
         step = max((s[0] for s in last), default=0)
-        losses = sorted(p for t in tails for p in t.losses)
         newest = max(last, key=lambda s: s[2], default=None)
-        recent = sorted(r for t in tails for r in t.recent)
-        steps_per_s = None
-        if len(recent) >= 2 and recent[-1][0] > recent[0][0]:
-            steps_per_s = (max(s for _, s in recent) - min(s for _, s in recent)) / (recent[-1][0] - recent[0][0])
         status: Status
         if result is not None:
             status = "failed" if result.get("error") else "stopped" if result.get("stopped") else "finished"
@@ -94,7 +131,9 @@ class Records:
             status = "running"
         else:
             status = "lost"  # its kernel died before the run could record an end
-        stride = max(1, len(losses) // SPARK_POINTS)
+        steps_per_s = self._steps_per_s(str(rd.path), tails, live=status == "running")
+        spark = Sparkline.of([t.losses for t in tails])
+        stride = max(1, -(-len(spark) // SPARK_POINTS))  # at most SPARK_POINTS, over the whole run
         return {
             "run_id": rd.run_id,  # the directory: a resumed run keeps it
             "run_dir": str(rd.path),
@@ -105,13 +144,39 @@ class Records:
             "steps": record.get("steps"),
             "step": record.get("final_step") or step,  # final_step: written when the run ended
             "loss": newest[1] if newest else None,
-            "steps_per_s": steps_per_s if status == "running" else None,
-            "sparkline": [loss for _, loss in losses[::stride]][-SPARK_POINTS:],
+            "steps_per_s": steps_per_s,
+            "sparkline": spark[::stride],
             "error": record.get("error"),
             "notebook": record.get("notebook"),
             "tasks": record.get("tasks", []),
             "tensorboard": rd.tensorboard_dir.is_dir(),
         }
+
+    def _steps_per_s(self, key: str, tails: list[_Tail], live: bool) -> float | None:
+        """figures.py's steps/s: over the steps that ended in the last few seconds while the
+        run is live (the newest rows of each file only), else the run's own, after its first
+        fifth of steps (computed again only when a file grew)."""
+        read = (live, tuple(t.offset for t in tails))
+        cached = self._rates.get(key)
+        if cached is not None and cached[0] == read:
+            return cached[1]
+        newest = max((row[2] for t in tails for row in t.steps.values()), default=0.0)
+        ends = {}
+        for t in tails:
+            for step, end in reversed(t.ends.items()) if live else t.ends.items():
+                if live and end < newest - 2 * figures.RECENT_S:
+                    break  # a file's rows are in time order: the rest are older
+                if end > ends.get(step, -1.0):
+                    ends[step] = end
+        rate = None
+        if len(ends) >= 2:
+            steps = np.fromiter(sorted(ends), np.int64, len(ends))
+            times = np.array([ends[s] for s in steps.tolist()])
+            keep = times >= newest - figures.RECENT_S if live else steps >= figures.steady_start(steps)
+            value = figures.steps_per_s(steps[keep], times[keep])
+            rate = None if np.isnan(value) else value
+        self._rates[key] = (read, rate)
+        return rate
 
     def clusters(self) -> list[ClusterRecord]:
         """Clusters whose controller (or, when attached, kernel) is alive."""

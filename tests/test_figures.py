@@ -1,0 +1,52 @@
+"""The one definition of each speed figure (workbench/common/figures.py), on rows whose
+answer is known by hand."""
+
+import numpy as np
+import pytest
+
+from workbench.common import figures
+
+
+def rows(pause_at=None, pause=0.0, workers=2, steps=100, dt=0.01):
+    """A synchronous run: every ``dt`` s a step ends on each worker (the second a little
+    later); after ``pause_at`` a pause of ``pause`` s (a checkpoint) delays every later step."""
+    step, time, step_time = [], [], []
+    for s in range(1, steps + 1):
+        end = 100.0 + s * dt + (pause if pause_at is not None and s > pause_at else 0.0)
+        for w in range(workers):
+            step.append(s), time.append(end + w * 0.001), step_time.append(dt)
+    return np.array(step), np.array(time), np.array(step_time)
+
+
+def test_a_run_s_figures_count_from_its_first_fifth_and_its_pauses_are_slow_steps():
+    plain = figures.run_figures(*rows(), global_batch_size=64)
+    # steps 21..100 end 0.01 s apart: 100 steps/s, 6,400 examples/s
+    assert plain["steps_per_s"] == pytest.approx(100.0) and plain["examples_per_s"] == pytest.approx(6400.0)
+    assert plain["step_time"] == pytest.approx(0.01) and plain["wall_time"] == pytest.approx(0.99)
+    paused = figures.run_figures(*rows(pause_at=50, pause=0.8), global_batch_size=64)
+    # the 0.8 s checkpoint lies inside the counted steps: 79 steps in 0.79 + 0.8 s
+    assert paused["steps_per_s"] == pytest.approx(79 / 1.59)
+    assert paused["examples_per_s"] == pytest.approx(79 / 1.59 * 64)
+    assert figures.scaling_efficiency(paused["examples_per_s"], 2, 6400.0) == pytest.approx(79 / 1.59 * 64 / 12800)
+
+
+def test_a_step_ends_when_its_last_worker_reports_it_in_any_row_order():
+    step, time, _ = rows(steps=5)
+    order = np.random.default_rng(0).permutation(len(step))
+    s, ends = figures.step_ends(step[order], time[order])
+    assert s.tolist() == [1, 2, 3, 4, 5] and ends == pytest.approx(100.0 + 0.01 * s + 0.001)
+
+
+def test_too_few_steps_give_nan_not_a_number_made_up():
+    one = figures.run_figures([1, 1], [5.0, 5.1], [0.1, 0.1], 32)
+    assert np.isnan(one["steps_per_s"]) and np.isnan(one["examples_per_s"]) and one["step_time"] == pytest.approx(0.1)
+    empty = figures.run_figures([], [], [], 32)
+    assert np.isnan(empty["wall_time"]) and np.isnan(figures.step_time([np.nan]))
+
+
+def test_the_final_loss_is_the_mean_of_the_last_steps_losses_whatever_the_workers():
+    # 2 workers at steps 1..20 (loss = step, and step + 1 on the second): steps 11..20 average 16
+    steps = np.repeat(np.arange(1, 21), 2)
+    losses = steps + np.tile([0.0, 1.0], 20)
+    assert figures.final_loss(steps, losses) == pytest.approx(16.0)
+    assert figures.final_loss(steps[::2], losses[::2]) == pytest.approx(15.5)  # one worker
