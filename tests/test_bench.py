@@ -44,6 +44,18 @@ def scale_ok(data):
     assert all(rows[0][k] > 0 for k in ("ready_s", "first_step_s", "rerun_first_step_s", "stop_s", "engine_pss_mb"))
 
 
+def network_ok(data):
+    rows = data["results"]
+    assert set(rows) == {"unshaped", "1 Gbit", "100 Mbit"}
+    assert all(r["steps_per_s_median"] > 0 and r["bytes_sent_per_step"] > 0 for r in rows.values())
+
+
+def anatomy_ok(data):
+    assert data["steps_per_s_anatomy_on"] and data["steps_per_s_anatomy_off"] and data["overhead_ratio_median"] > 0
+    sent = data["bytes_sent_per_step"]
+    assert set(sent) == {"None", "fp16", "bf16", "int8"} and sent["fp16"] < sent["None"] and sent["int8"] < sent["fp16"]
+
+
 def ceilings_ok(data):
     c, a = data["results"]["compute"], data["results"]["all-reduce"]
     assert c["FLOPs per step"] > 0 and c["workbench / matmul"]["median"] > 0 and c["plain TF loop / matmul"]["median"] > 0
@@ -58,10 +70,11 @@ def test_every_benchmark_runs_in_quick_mode_with_plots():
     assert out.returncode == 0, out.stderr[-3000:]
     results = ROOT / "bench" / "results"
     summary = json.loads((results / "run_all.json").read_text())
-    assert summary["quick"] is True and set(summary["seconds"]) == {"strategies", "dashboard", "versus_peer", "ceilings",
-                                                                   "simulated_scale", "scale"}
-    for name, check in [("strategies", strategies_ok), ("dashboard", dashboard_ok), ("versus_peer", versus_peer_ok),
-                        ("ceilings", ceilings_ok), ("simulated_scale", simulated_scale_ok), ("scale", scale_ok)]:
+    checks = {"strategies": strategies_ok, "dashboard": dashboard_ok, "versus_peer": versus_peer_ok,
+              "ceilings": ceilings_ok, "network": network_ok, "anatomy": anatomy_ok,
+              "simulated_scale": simulated_scale_ok, "scale": scale_ok}
+    assert summary["quick"] is True and set(summary["seconds"]) == set(checks)
+    for name, check in checks.items():
         data = json.loads((results / f"{name}.json").read_text())
         assert data["meta"]["quick"] is True
         check(data)
