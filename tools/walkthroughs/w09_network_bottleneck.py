@@ -85,7 +85,7 @@ if bed is not None:
         code("""
 if bed is not None:
     slow, fast = ring["100mbit"], ring["1gbit"]
-    sent = [round(r["sent_over_model"], 2) for r in ring.values()]
+    sent = [float(round(r["sent_over_model"], 2)) for r in ring.values()]
     grow = fast["steps_per_s"] / slow["steps_per_s"]
     print(f"model: {slow['model_bytes']:,} bytes of gradients")
     print(f"each host sends one model's bytes a step (0.9-1.3x): {all(0.9 <= x <= 1.3 for x in sent)} (measured {sent})")
