@@ -45,7 +45,7 @@ def test_history_has_each_hosts_bytes_per_step_and_link_utilisation(cluster, bed
         # a ring of 2 sends each worker's half of the gradients and receives the other half, twice
         assert 0.8 <= sent / model_bytes <= 2 and 0.8 <= received / model_bytes <= 2
         assert 0 < util <= 1.1
-    text = run.dashboard()._throughput_text(h)
+    text = run.dashboard().thr_text.value  # drawn when the dashboard is made
     assert "busiest link h" in text
     # the placement picture: both hosts' links at their rate and use over the run, the busiest in red
     from workbench.kernel import render

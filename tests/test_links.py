@@ -259,3 +259,23 @@ def test_link_state_over_a_window_or_since_a_time():
     assert watch.state(window=2.0) == {"h1": {"rate": 8_000_000, "bytes_per_s": 1e6, "util": 1.0}}
     assert watch.state(since=100.0)["h1"]["util"] == pytest.approx(0.5)
     assert watch.state(since=103.5) == {}  # one sample: no rate yet
+
+
+def test_link_state_reads_only_the_window_from_the_end_of_a_long_run():
+    """The dashboard asks for the last 2 s at 4 Hz: the answer over an hour of samples is the
+    one computed from the whole frame."""
+    watch = links.LinkWatch(FakeBed(), FakeRun())
+    watch.bed.hosts = {"h1": "198.18.0.2", "h2": "198.18.0.3"}
+    watch.bed.links = {"h1": 8_000_000, "h2": None}
+    n = 36_000  # an hour at 10 samples a second
+    watch._samples = [(100.0 + i / 10, h, i * k * 1000, i * 500, watch.bed.links[h])
+                      for i in range(n) for h, k in (("h1", 1), ("h2", 3))]
+    state = watch.state(window=2.0)
+    full = watch.frame()
+    for host, rate, per_sample in (("h1", 8_000_000, 1000), ("h2", None, 3000)):
+        s = full[(full.host == host) & (full.time >= full.time.max() - 2.0)]
+        moved = (s.sent.iloc[-1] - s.sent.iloc[0]) / (s.time.iloc[-1] - s.time.iloc[0])
+        assert moved == pytest.approx(per_sample * 10)
+        assert state[host]["bytes_per_s"] == pytest.approx(moved) and state[host]["rate"] == rate
+    assert state["h1"]["util"] == pytest.approx(0.01) and state["h2"]["util"] is None
+    assert watch.busiest() == ("h2", None, pytest.approx(30_000))

@@ -38,7 +38,7 @@ class Dashboard:
         self.updates = 0
         self._display_id = None
         self._stopping = False
-        self._placement_key = None  # what the placement view last drew
+        self._placement_key = (None, None, 0.0)  # (tasks, links' use, monotonic time) it last drew
         self._newest = 0.0
         self.latencies = []  # seconds from the newest step's end on an engine to this update
 
@@ -229,7 +229,8 @@ class Dashboard:
                     else:
                         ex = ev.step.values
                     self.acc_points.x, self.acc_points.y = ex.astype(float), ev.test_accuracy.values.astype(float)
-        self.thr_text.value = self._throughput_text()
+        link_state = render.link_state(run)  # runs on a test bed: each link's rate and use, live
+        self.thr_text.value = self._throughput_text(link_state=link_state)
         if stats.rows != self._anatomy_at[0] and (run.done or time.monotonic() - self._anatomy_at[1] > 1.0):
             self._anatomy_at = (stats.rows, time.monotonic())
             self.anatomy.value = render.anatomy_html(run.anatomy(), compression=getattr(run.job, "compression", None))
@@ -238,12 +239,15 @@ class Dashboard:
         placement = run.placement
         tasks, variables = render.placement_tables(placement)
         # tasks report one by one, and a replaced worker reports again from its new engine
-        # (same rows, another engine and pid); on a test bed the links' use changes: redraw on any
-        link_state = render.link_state(run)  # runs on a test bed: each link's rate and use, live
-        key = (len(placement), tuple((t.get("role"), t.get("task"), t.get("engine"), t.get("pid")) for t in tasks),
-               repr(link_state))
-        if tasks and key != self._placement_key:
-            self._placement_key = key
+        # (same rows, another engine and pid): redraw at once; on a test bed the links' use
+        # changes all the time: redraw for that at most once a second (and when the run ends)
+        key = (len(placement), tuple((t.get("role"), t.get("task"), t.get("engine"), t.get("pid")) for t in tasks))
+        use = render.link_key(link_state)
+        now = time.monotonic()
+        changed = key != self._placement_key[0] or (
+            use != self._placement_key[1] and (run.done or now - self._placement_key[2] >= 1.0))
+        if tasks and changed:
+            self._placement_key = (key, use, now)
             per = render.bytes_per_task(variables)
             table = placement.astype(object).fillna("").to_html(index=False, max_rows=60)
             self.placement.value = (render.placement_svg(tasks, variables, links=link_state) +
@@ -258,7 +262,7 @@ class Dashboard:
             self.stop_button.disabled = True
         self.updates += 1
 
-    def _throughput_text(self, h=None):
+    def _throughput_text(self, link_state=None):
         recent = self.stats.recent(getattr(self.run.job, "metric_names", ()))
         if recent is None:
             return "<i>no steps yet</i>"
@@ -276,7 +280,7 @@ class Dashboard:
         for name, value in recent["metrics"].items():  # the user's metrics: mean over the last 5 s
             parts.append(f"{html.escape(name)} {value:.3f}")
         watch = getattr(self.run, "links", None)  # recorded runs have none
-        busiest = watch.busiest() if watch is not None else None
+        busiest = links.busiest(link_state) if watch is not None and link_state else None
         if busiest:  # a run across test-bed hosts: the link that moves most
             host, util, rate = busiest
             parts.append(f"busiest link {html.escape(host)} {rate * 8 / 1e6:,.1f} Mbit/s"

@@ -188,12 +188,25 @@ class LinkWatch:
                 break
         _watches.discard(self)
 
-    def frame(self) -> pd.DataFrame:
-        """The samples: time, host, sent/received bytes since the first sample, rate."""
+    @property
+    def count(self) -> int:
+        """How many samples have been taken (a cache key: it grows with every sample)."""
+        return len(self._samples)
+
+    def frame(self, since: float | None = None) -> pd.DataFrame:
+        """The samples: time, host, sent/received bytes since the first sample, rate. With
+        ``since`` (``time.time()``) only the samples from then on (and the one before, per
+        host), read from the end: a live dashboard's cost stays flat however long the run."""
         import pandas as pd
 
         with self._lock:
-            rows = list(self._samples)
+            if since is None:
+                rows = list(self._samples)
+            else:
+                i = len(self._samples)
+                while i > 0 and self._samples[i - 1][0] >= since:
+                    i -= 1
+                rows = self._samples[max(i - len(self.bed.hosts), 0):]
         df = pd.DataFrame(rows, columns=["time", "host", "sent", "received", "rate"])
         for col in ("sent", "received"):
             df[col] = df[col] - df.groupby("host")[col].transform("first")
@@ -245,7 +258,11 @@ class LinkWatch:
         "util": bytes_per_s over the rate, None if unshaped}} over the last ``window``
         seconds of samples, or from time ``since`` (``time.time()``) on; hosts with fewer
         than two samples in it are left out."""
-        samples = self.frame()
+        with self._lock:
+            last = self._samples[-1][0] if self._samples else None
+        if last is None:
+            return {}
+        samples = self.frame(since=last - window if since is None else since)
         out = {}
         for host, s in samples.groupby("host", sort=False):
             first = s["time"].iloc[-1] - window if since is None else since

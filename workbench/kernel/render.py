@@ -244,6 +244,14 @@ def link_state(run: Any) -> dict[str, dict[str, Any]] | None:
     return watch.state(since=since) or None
 
 
+def link_key(state: dict[str, dict[str, Any]] | None) -> tuple[Any, ...] | None:
+    """What the placement picture shows of ``link_state``: each link's rate and its use
+    in Mbit/s as drawn (one decimal); a new key means the picture reads differently."""
+    if not state:
+        return None
+    return tuple((h, s["rate"], round(s["bytes_per_s"] * 8 / 1e6, 1)) for h, s in sorted(state.items()))
+
+
 def placement_tables(placement: pd.DataFrame | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(tasks rows, variables rows) as lists of dicts from ``Run.placement``."""
     if placement is None or not len(placement):

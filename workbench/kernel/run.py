@@ -57,6 +57,8 @@ class Run:
         self._version = 0  # how many distinct rows have arrived
         self._max_step = 0
         self._history: tuple[int, pd.DataFrame | None] = (-1, None)  # (version, DataFrame) cache of ``history``
+        self._joined: tuple[Any, pd.DataFrame | None] = (None, None)  # ((version, link samples), history with links)
+        self._anatomy: tuple[Any, pd.DataFrame | None] = (None, None)  # ((version, links, skip), anatomy table)
         self._events: list[Event] = []
         self._seen_events: set[tuple[str, int | None, float]] = set()
         self._outcome: dict[str, TaskResult | ServerResult] = {}  # task name -> what the task returned
@@ -199,11 +201,11 @@ class Run:
             with self._lock:
                 version = self._version
                 if self._history[0] == version:  # built once per new row, not once per call
-                    return self._with_links(self._history[1].copy())
+                    return self._with_links(self._history[1], version).copy()
                 new, overwritten = stream["log"][stream["built"]:], stream["overwritten"]
                 stream["built"] += len(new)
             df = self._history_frame(stream, new, overwritten, version)
-        return self._with_links(df.copy())
+            return self._with_links(df, version).copy()
 
     def _history_frame(self, stream, new, overwritten, version):
         import pandas as pd
@@ -240,7 +242,11 @@ class Run:
 
         if skip is None:
             skip = 2 * self.job.steps_per_execution if self.job.steps > 4 * self.job.steps_per_execution else 0
-        return anatomy.table(self.history, skip=skip)
+        with self._lock:
+            key = (self._version, None if self._links is None else self._links.count, skip)
+        if self._anatomy[0] != key:  # the dashboard asks every second: rebuilt only when rows arrived
+            self._anatomy = (key, anatomy.table(self.history, skip=skip))
+        return self._anatomy[1].copy()
 
     def profile(self, steps: int = 10, timeout: float = 120) -> pd.DataFrame:
         """A TF profiler trace of ``steps`` steps on every training task of this live run,
@@ -290,10 +296,15 @@ class Run:
         hosts: the links' byte counters, sampled while it trains; otherwise None."""
         return self._links
 
-    def _with_links(self, df):
+    def _with_links(self, df, version):
         """Runs across test-bed hosts: per host, bytes sent/received per step and link
         utilisation (``link_tx_bytes_<host>``, ``link_rx_bytes_<host>``, ``link_util_<host>``)."""
-        return df if self._links is None else self._links.join(df)
+        if self._links is None:
+            return df
+        key = (version, self._links.count)  # joined once per new row or link sample, not per call
+        if self._joined[0] != key:
+            self._joined = (key, self._links.join(df))
+        return self._joined[1]
 
     @property
     def evaluations(self) -> pd.DataFrame:
