@@ -41,3 +41,24 @@ def relative_difference(a, b):
     a = np.concatenate([w.ravel() for w in a]).astype("float64")
     b = np.concatenate([w.ravel() for w in b]).astype("float64")
     return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def bed_cluster(bed, engines, **options):
+    """A started cluster whose engines run on ``bed``'s hosts over SSH (``engines``: per
+    host, or {host: n}); the UserWarnings its start gave are in ``.start_warnings``. A
+    module's fixture yields it and stops it."""
+    import warnings
+
+    import workbench as wb
+
+    c = wb.Cluster(**bed.ssh_cluster(engines), timeout=120, **options)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        c.start()
+    c.start_warnings = [str(w.message) for w in seen if issubclass(w.category, UserWarning)]
+    return c
+
+
+def exposure_warned(cluster):
+    """Engines on a network: the start warned, once, that TF's gRPC servers listen on every interface."""
+    return sum("TensorFlow's gRPC servers" in w for w in cluster.start_warnings) == 1

@@ -34,6 +34,16 @@ def cluster():
     assert not [p for p in pids if _alive(p)], "engines left running after stop()"
 
 
+@pytest.fixture(scope="module")
+def cluster4():
+    """A real local cluster of 4 engines, shared by one test module."""
+    import workbench as wb
+
+    c = wb.Cluster(engines=4).start()
+    yield c
+    c.stop()
+
+
 @pytest.fixture
 def lab(tmp_path):
     """JupyterLab on 127.0.0.1 with a token, serving a copy of the notebooks."""

@@ -117,13 +117,6 @@ def test_the_trace_summary_counts_op_time_once_inside_the_training_calls():
 
 # -- on a real cluster -------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def cluster4():
-    c = wb.Cluster(engines=4).start()
-    yield c
-    c.stop()
-
-
 TOPOLOGIES = {
     "single": dict(strategy="single", workers=1, ps=0),
     "multi_worker_mirrored": dict(strategy="multi_worker_mirrored", workers=2, ps=0),

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import workbench as wb
-from checks import wait_for
+from checks import bed_cluster, exposure_warned, wait_for
 
 pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
 
@@ -29,9 +29,8 @@ def bed():
 def cluster(bed):
     # 4 engines on 3 hosts: tasks spread round-robin over hosts, so one host carries only
     # workers of a parameter-server run, and the two workers of an MWMS run are on two hosts
-    c = wb.Cluster(**bed.ssh_cluster({"h1": 1, "h2": 1, "h3": 2}), timeout=120)
-    with pytest.warns(UserWarning, match="TensorFlow's gRPC servers"):
-        c.start()
+    c = bed_cluster(bed, {"h1": 1, "h2": 1, "h3": 2})
+    assert exposure_warned(c)
     yield c
     c.stop()
 

@@ -5,12 +5,11 @@ finds that at launch, warns naming the hosts, and carries the run through ipypar
 into the kernel's run directory at the end, and ``resume()`` hands the checkpoint back."""
 
 import os
-import warnings
 
 import pytest
 
 import workbench as wb
-from checks import wait_for
+from checks import bed_cluster, wait_for
 from workbench.engine import rundir
 from workbench.store import Home, RunDir
 
@@ -25,9 +24,7 @@ def bed():
 
 @pytest.fixture(scope="module")
 def cluster(bed):
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*TensorFlow's gRPC servers")  # tested in test_hosts.py
-        c = wb.Cluster(**bed.ssh_cluster(1), timeout=120).start()
+    c = bed_cluster(bed, 1)  # its warning on TF's servers is tested in test_hosts.py
     yield c
     c.stop()
 

@@ -1,7 +1,6 @@
 """Clusters across (emulated) hosts over SSH: what engines report, what the kernel may
 kill, and both strategies training across hosts, the MWMS-vs-single identity included."""
 
-import warnings
 
 import ipyparallel as ipp
 import pytest
@@ -9,7 +8,7 @@ from traitlets.config import Config
 
 import workbench as wb
 from workbench.common import roles
-from checks import relative_difference
+from checks import bed_cluster, relative_difference
 
 pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
 
@@ -25,11 +24,7 @@ def bed():
 
 @pytest.fixture(scope="module")
 def cluster(bed):
-    c = wb.Cluster(**bed.ssh_cluster(2), timeout=120)
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        c.start()
-    c.start_warnings = [str(w.message) for w in seen if issubclass(w.category, UserWarning)]
+    c = bed_cluster(bed, 2)
     yield c
     c.stop()
 

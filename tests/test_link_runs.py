@@ -7,6 +7,7 @@ import time
 import pytest
 
 import workbench as wb
+from checks import bed_cluster, exposure_warned
 
 pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
 
@@ -22,9 +23,8 @@ def bed():
 
 @pytest.fixture(scope="module")
 def cluster(bed):
-    c = wb.Cluster(**bed.ssh_cluster(1), timeout=120)
-    with pytest.warns(UserWarning, match="TensorFlow's gRPC servers"):  # engines on a network
-        c.start()
+    c = bed_cluster(bed, 1)
+    assert exposure_warned(c)  # engines on a network
     yield c
     c.stop()
 

@@ -19,13 +19,6 @@ MLP = wb.models.mlp((64, 32))
 PARAMS = 64 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    c = wb.Cluster(engines=4).start()
-    yield c
-    c.stop()
-
-
 TOPOLOGIES = {
     "single": dict(strategy="single", workers=1, ps=0),
     "mirrored": dict(strategy="mirrored", workers=1, ps=0),
@@ -40,8 +33,8 @@ def topology(request):
     return TOPOLOGIES[request.param]
 
 
-def test_every_strategy_trains_reports_and_checkpoints(cluster, topology):
-    run = cluster.train(MLP, DIGITS, global_batch_size=64, steps=60, checkpoint_every=30,
+def test_every_strategy_trains_reports_and_checkpoints(cluster4, topology):
+    run = cluster4.train(MLP, DIGITS, global_batch_size=64, steps=60, checkpoint_every=30,
                         steps_per_execution=5, **topology).wait(timeout=300)
     assert run.final_step == 60 and not run.stopped
     h = run.history
@@ -76,14 +69,14 @@ def test_every_strategy_trains_reports_and_checkpoints(cluster, topology):
     assert [w.shape for w in run.weights()] == [(64, 64), (64,), (64, 32), (32,), (32, 10), (10,)]
 
 
-def test_two_worker_mwms_equals_single_on_the_same_global_batches(cluster):
+def test_two_worker_mwms_equals_single_on_the_same_global_batches(cluster4):
     """The parameter-averaging identity: with plain SGD (no momentum), equal shards and
     averaging every step, n workers of batch m are one process with batch n*m. Here the
     workers' shards interleave one seeded stream, so global batch s is exactly the single
     run's batch s; only float32 summation order differs."""
     args = dict(global_batch_size=64, steps=40, learning_rate=0.1, seed=3, checkpoint_every=0)
-    mwms = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, **args).wait(timeout=300)
-    single = cluster.train(MLP, DIGITS, strategy="single", workers=1, **args).wait(timeout=300)
+    mwms = cluster4.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, **args).wait(timeout=300)
+    single = cluster4.train(MLP, DIGITS, strategy="single", workers=1, **args).wait(timeout=300)
     assert relative_difference(mwms.weights(), single.weights()) < 1e-5
     # each worker reports its own shard's mean loss; their mean is the global batch's loss
     global_loss = mwms.history.groupby("step").loss.mean().values
@@ -93,46 +86,46 @@ def test_two_worker_mwms_equals_single_on_the_same_global_batches(cluster):
 MLP64 = wb.models.mlp((64, 32), dtype="float64")
 
 
-def test_parameter_averaging_every_step_with_sgd_is_one_machine_on_the_combined_batch(cluster):
+def test_parameter_averaging_every_step_with_sgd_is_one_machine_on_the_combined_batch(cluster4):
     """Deeplearning4j's claim, in float64: averaging after every minibatch, plain SGD, equal
     shards of m examples on n workers = one machine on minibatches of n*m, same learning
     rate. Per-worker momentum keeps it too (momentum is linear in the gradients); Adam, or
     averaging less often, does not."""
     args = dict(global_batch_size=64, steps=40, learning_rate=0.1, seed=5, checkpoint_every=0)
-    single = cluster.train(MLP64, DIGITS, strategy="single", workers=1, **args).wait(timeout=300)
-    every = cluster.train(MLP64, DIGITS, strategy="parameter_averaging", workers=2, average_every=1,
+    single = cluster4.train(MLP64, DIGITS, strategy="single", workers=1, **args).wait(timeout=300)
+    every = cluster4.train(MLP64, DIGITS, strategy="parameter_averaging", workers=2, average_every=1,
                           **args).wait(timeout=300)
     assert relative_difference(every.weights(), single.weights()) < 1e-9
     assert every.weights()[0].dtype == np.float64
     # each worker's loss is its own shard's mean; their mean is the combined batch's loss
     np.testing.assert_allclose(every.history.groupby("step").loss.mean().values, single.history.loss.values,
                                rtol=1e-6)
-    rarely = cluster.train(MLP64, DIGITS, strategy="parameter_averaging", workers=2, average_every=4,
+    rarely = cluster4.train(MLP64, DIGITS, strategy="parameter_averaging", workers=2, average_every=4,
                            **args).wait(timeout=300)
     assert relative_difference(rarely.weights(), single.weights()) > 1e-4
     adam = dict(args, optimizer="adam", learning_rate=0.01)
-    adam_single = cluster.train(MLP64, DIGITS, strategy="single", workers=1, **adam).wait(timeout=300)
-    adam_every = cluster.train(MLP64, DIGITS, strategy="parameter_averaging", workers=2, average_every=1,
+    adam_single = cluster4.train(MLP64, DIGITS, strategy="single", workers=1, **adam).wait(timeout=300)
+    adam_every = cluster4.train(MLP64, DIGITS, strategy="parameter_averaging", workers=2, average_every=1,
                                **adam).wait(timeout=300)
     assert relative_difference(adam_every.weights(), adam_single.weights()) > 1e-3
 
 
-def test_a_warmup_schedule_reaches_the_engines(cluster):
+def test_a_warmup_schedule_reaches_the_engines(cluster4):
     """wb.linear_scaling with no warm-up is the scaled constant rate, exactly; with a
     warm-up the first steps take smaller ones."""
     args = dict(strategy="single", workers=1, global_batch_size=64, steps=30, seed=2, checkpoint_every=0)
-    constant = cluster.train(MLP64, DIGITS, learning_rate=0.2, **args).wait(timeout=300)
-    scaled = cluster.train(MLP64, DIGITS, learning_rate=wb.linear_scaling(0.05, 16, 64), **args).wait(timeout=300)
-    warm = cluster.train(MLP64, DIGITS, learning_rate=wb.linear_scaling(0.05, 16, 64, warmup_steps=20),
+    constant = cluster4.train(MLP64, DIGITS, learning_rate=0.2, **args).wait(timeout=300)
+    scaled = cluster4.train(MLP64, DIGITS, learning_rate=wb.linear_scaling(0.05, 16, 64), **args).wait(timeout=300)
+    warm = cluster4.train(MLP64, DIGITS, learning_rate=wb.linear_scaling(0.05, 16, 64, warmup_steps=20),
                          **args).wait(timeout=300)
     assert relative_difference(scaled.weights(), constant.weights()) < 1e-12
     assert relative_difference(warm.weights(), constant.weights()) > 1e-3
 
 
-def test_model_parallelism_places_layers_on_two_devices_and_changes_no_number(cluster):
+def test_model_parallelism_places_layers_on_two_devices_and_changes_no_number(cluster4):
     args = dict(strategy="single", workers=1, global_batch_size=64, steps=30, seed=4, checkpoint_every=0)
-    split = cluster.train(wb.models.split_mlp((64, 32), devices=2), DIGITS, devices=2, **args).wait(timeout=300)
-    whole = cluster.train(MLP, DIGITS, **args).wait(timeout=300)
+    split = cluster4.train(wb.models.split_mlp((64, 32), devices=2), DIGITS, devices=2, **args).wait(timeout=300)
+    whole = cluster4.train(MLP, DIGITS, **args).wait(timeout=300)
     p = split.placement
     devices = p[p.variable.notna()].set_index("variable").device
     assert devices["split_mlp/dense_0/kernel"].endswith("device:CPU:0")
@@ -140,8 +133,8 @@ def test_model_parallelism_places_layers_on_two_devices_and_changes_no_number(cl
     assert relative_difference(split.weights(), whole.weights()) < 1e-6
 
 
-def test_parameter_server_steps_report_their_staleness(cluster):
-    run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
+def test_parameter_server_steps_report_their_staleness(cluster4):
+    run = cluster4.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
                         steps=200, checkpoint_every=0).wait(timeout=300)
     stale = run.history.staleness
     assert len(stale) == 200 and (stale >= 0).all() and (stale == stale.round()).all()
@@ -153,14 +146,14 @@ def test_parameter_server_steps_report_their_staleness(cluster):
 @pytest.mark.parametrize("topology", [dict(strategy="parameter_server", workers=2, ps=1),
                                       dict(strategy="multi_worker_mirrored", workers=2, ps=0)],
                          ids=["parameter_server", "multi_worker_mirrored"])
-def test_checkpoints_make_no_step_look_faster_than_it_was(cluster, topology):
+def test_checkpoints_make_no_step_look_faster_than_it_was(cluster4, topology):
     """Step times are measured on the workers: the results the PS chief collects at once
     after a checkpoint (it joins all workers to save) are not steps taken in no time, and a
     synchronous step is timed around the step alone. The run's own figure (figures.py,
     pauses counted) is never above what its workers measured."""
     from workbench.common import figures
 
-    run = cluster.train(MLP, DIGITS, global_batch_size=64, steps=600, checkpoint_every=100, steps_per_execution=5,
+    run = cluster4.train(MLP, DIGITS, global_batch_size=64, steps=600, checkpoint_every=100, steps_per_execution=5,
                         **topology).wait(timeout=300)
     h = run.history
     assert sorted(h.step.unique()) == list(range(1, 601)) and len(h) == 600 * (2 if topology["ps"] == 0 else 1)
@@ -173,7 +166,7 @@ def test_checkpoints_make_no_step_look_faster_than_it_was(cluster, topology):
     assert 0 < run_figure <= 1.1 * workers, (run_figure, workers)
 
 
-def test_unrolled_parameter_server_steps_are_the_looped_steps(cluster):
+def test_unrolled_parameter_server_steps_are_the_looped_steps(cluster4):
     """Runs of UNROLL_MIN_STEPS or more write their calls' steps out in chunks of inner
     functions (7 steps per call: a chunk of 5, then 2); shorter runs loop. With one worker
     the updates come in a fixed order, so both must train the same steps on the same data."""
@@ -183,8 +176,8 @@ def test_unrolled_parameter_server_steps_are_the_looped_steps(cluster):
 
     args = dict(strategy="parameter_server", workers=1, ps=1, global_batch_size=64, steps_per_execution=7,
                 checkpoint_every=0, seed=3)
-    looped = cluster.train(MLP, DIGITS, steps=UNROLL_MIN_STEPS - 1, **args).wait(timeout=300)
-    unrolled = cluster.train(MLP, DIGITS, steps=UNROLL_MIN_STEPS, **args).wait(timeout=300)
+    looped = cluster4.train(MLP, DIGITS, steps=UNROLL_MIN_STEPS - 1, **args).wait(timeout=300)
+    unrolled = cluster4.train(MLP, DIGITS, steps=UNROLL_MIN_STEPS, **args).wait(timeout=300)
     assert unrolled.final_step == UNROLL_MIN_STEPS
     a = looped.history.sort_values("step").loss.to_numpy()
     b = unrolled.history.sort_values("step").loss.to_numpy()
@@ -193,43 +186,43 @@ def test_unrolled_parameter_server_steps_are_the_looped_steps(cluster):
     assert abs(b[-200:-1].mean() - a[-199:].mean()) < 0.05 * a[-199:].mean() + 1e-3
 
 
-def test_back_to_back_parameter_server_runs_leave_no_threads_behind_on_the_chief(cluster):
+def test_back_to_back_parameter_server_runs_leave_no_threads_behind_on_the_chief(cluster4):
     """The chief keeps one strategy and coordinator for runs on the same servers: TF never
     frees a ClusterCoordinator, and each new one used to leave its 3 threads behind."""
     import threading
 
     counts = []
     for _ in range(3):
-        run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
+        run = cluster4.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
                             steps=20, checkpoint_every=0).wait(timeout=300)
         assert run.final_step == 20
         chief = next(t for t in run.tasks if t.role == "chief")
-        counts.append(cluster.client[chief.engine_id].apply_sync(threading.active_count))
+        counts.append(cluster4.client[chief.engine_id].apply_sync(threading.active_count))
     assert counts[0] == counts[1] == counts[2], counts
 
 
-def test_parameter_server_reaches_90_percent_on_digits(cluster):
-    run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=128,
+def test_parameter_server_reaches_90_percent_on_digits(cluster4):
+    run = cluster4.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=128,
                         steps=300, learning_rate=0.1, checkpoint_every=0).wait(timeout=300)
     assert run.evaluation["test_accuracy"] >= 0.90, run.evaluation
 
 
-def test_resume_continues_from_the_checkpoint_with_the_exact_step_count(cluster):
+def test_resume_continues_from_the_checkpoint_with_the_exact_step_count(cluster4):
     args = dict(global_batch_size=64, learning_rate=0.1, seed=1)
-    first = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, steps=30,
+    first = cluster4.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, steps=30,
                           checkpoint_every=10, **args).wait(timeout=300)
     second = first.resume(steps=50).wait(timeout=300)
     assert second.run_dir == first.run_dir and second.final_step == 50
     h = second.history
     for w in ("worker:0", "worker:1"):
         assert list(h[h.worker == w].step) == list(range(31, 51)), "a step was done twice or skipped"
-    straight = cluster.train(MLP, DIGITS, strategy="single", workers=1, steps=50, checkpoint_every=0,
+    straight = cluster4.train(MLP, DIGITS, strategy="single", workers=1, steps=50, checkpoint_every=0,
                              **args).wait(timeout=300)
     assert relative_difference(second.weights(), straight.weights()) < 1e-5
 
 
-def test_stop_ends_every_worker_at_the_same_step_and_keeps_a_checkpoint(cluster):
-    run = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, steps=1_000_000,
+def test_stop_ends_every_worker_at_the_same_step_and_keeps_a_checkpoint(cluster4):
+    run = cluster4.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, steps=1_000_000,
                         global_batch_size=64, checkpoint_every=0)
     wait_for(lambda: run.step >= 20, 120, lambda: f"20 steps; at {run.step}")
     run.stop()
@@ -240,8 +233,8 @@ def test_stop_ends_every_worker_at_the_same_step_and_keeps_a_checkpoint(cluster)
     assert f"ckpt-{run.final_step}.index" in os.listdir(run.run_dir / "checkpoints")
 
 
-def test_metrics_reach_the_kernel_while_training_runs(cluster):
-    run = cluster.train(MLP, DIGITS, strategy="single", workers=1, steps=3000, global_batch_size=64,
+def test_metrics_reach_the_kernel_while_training_runs(cluster4):
+    run = cluster4.train(MLP, DIGITS, strategy="single", workers=1, steps=3000, global_batch_size=64,
                         checkpoint_every=0)
     seen = []
     end = time.monotonic() + 300
@@ -259,9 +252,9 @@ def broken_model():
     raise ValueError("boom from the model builder")
 
 
-def test_an_engine_error_reaches_the_kernel_with_role_and_traceback(cluster):
+def test_an_engine_error_reaches_the_kernel_with_role_and_traceback(cluster4):
     start = time.monotonic()
-    run = cluster.train(broken_model, DIGITS, strategy="multi_worker_mirrored", workers=2, steps=10,
+    run = cluster4.train(broken_model, DIGITS, strategy="multi_worker_mirrored", workers=2, steps=10,
                         global_batch_size=64)
     with pytest.raises(wb.EngineError) as info:
         run.wait(timeout=120)
@@ -270,38 +263,38 @@ def test_an_engine_error_reaches_the_kernel_with_role_and_traceback(cluster):
     assert err.role == "worker" and err.engine_id in [t.engine_id for t in run.tasks]
     assert "boom from the model builder" in str(err) and "broken_model" in err.remote_traceback
     # the cluster is still usable
-    after = cluster.train(MLP, DIGITS, strategy="single", workers=1, steps=5, global_batch_size=64).wait(timeout=300)
+    after = cluster4.train(MLP, DIGITS, strategy="single", workers=1, steps=5, global_batch_size=64).wait(timeout=300)
     assert after.final_step == 5
 
 
 @pytest.mark.parametrize("strategy,workers", [("multi_worker_mirrored", 2), ("parameter_server", 1)])
-def test_a_diverging_run_fails_with_the_step_where_the_loss_became_nan(cluster, strategy, workers):
-    run = cluster.train(MLP, DIGITS, strategy=strategy, workers=workers, ps=int(strategy == "parameter_server"),
+def test_a_diverging_run_fails_with_the_step_where_the_loss_became_nan(cluster4, strategy, workers):
+    run = cluster4.train(MLP, DIGITS, strategy=strategy, workers=workers, ps=int(strategy == "parameter_server"),
                         global_batch_size=64, steps=2000, learning_rate=1e6, checkpoint_every=0)
     t0 = time.monotonic()
     with pytest.raises(wb.EngineError, match=r"FloatingPointError: The loss became nan at step \d+ on worker:\d"):
         run.wait(timeout=120)
     assert time.monotonic() - t0 < 60
     assert run.step < 2000
-    again = cluster.train(MLP, DIGITS, strategy="single", workers=1, global_batch_size=64, steps=10,
+    again = cluster4.train(MLP, DIGITS, strategy="single", workers=1, global_batch_size=64, steps=10,
                           checkpoint_every=0).wait(timeout=300)
     assert again.final_step == 10, "the cluster is usable after the failure"
 
 
-def test_two_topologies_back_to_back_recycle_only_when_needed(cluster):
+def test_two_topologies_back_to_back_recycle_only_when_needed(cluster4):
     """MWMS state is process-global: an engine that holds one cluster spec cannot join
     another (TF hangs), so the cluster replaces such engines before the next run; an
     unchanged topology reuses its engines as they are."""
     args = dict(global_batch_size=60, steps=10, checkpoint_every=0)
-    two = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, **args).wait(timeout=300)
-    used = {cluster.engine_info[t.engine_id].pid for t in two.tasks}
-    three = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=3, **args).wait(timeout=300)
+    two = cluster4.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, **args).wait(timeout=300)
+    used = {cluster4.engine_info[t.engine_id].pid for t in two.tasks}
+    three = cluster4.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=3, **args).wait(timeout=300)
     assert three.final_step == 10
-    pids = [cluster.engine_info[t.engine_id].pid for t in three.tasks]
+    pids = [cluster4.engine_info[t.engine_id].pid for t in three.tasks]
     assert not used & set(pids), "an engine holding the 2-worker spec joined the 3-worker run"
     assert [p for p in used if not _alive(p)], "4 engines cannot host 2 + 3 workers without a restart"
-    again = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=3, **args).wait(timeout=300)
-    assert [cluster.engine_info[t.engine_id].pid for t in again.tasks] == pids, "same topology: no restart"
+    again = cluster4.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=3, **args).wait(timeout=300)
+    assert [cluster4.engine_info[t.engine_id].pid for t in again.tasks] == pids, "same topology: no restart"
     assert again.final_step == 10
 
 
@@ -338,8 +331,8 @@ def adam():
     return keras.optimizers.Adam(0.01)
 
 
-def test_dataset_fn_callable_loss_and_optimizer_and_tensorboard(cluster):
-    run = cluster.train(small_model, synthetic_dataset_fn, loss=per_example_loss, optimizer=adam,
+def test_dataset_fn_callable_loss_and_optimizer_and_tensorboard(cluster4):
+    run = cluster4.train(small_model, synthetic_dataset_fn, loss=per_example_loss, optimizer=adam,
                         strategy="multi_worker_mirrored", workers=2, global_batch_size=64, steps=100,
                         checkpoint_every=0).wait(timeout=300)
     h = run.history
@@ -348,8 +341,8 @@ def test_dataset_fn_callable_loss_and_optimizer_and_tensorboard(cluster):
     assert list((run.run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
 
-def test_evaluation_every_n_steps_and_training_accuracy(cluster):
-    run = cluster.train(MLP, DIGITS, strategy="single", workers=1, global_batch_size=64, steps=90,
+def test_evaluation_every_n_steps_and_training_accuracy(cluster4):
+    run = cluster4.train(MLP, DIGITS, strategy="single", workers=1, global_batch_size=64, steps=90,
                         eval_every=30, checkpoint_every=0).wait(timeout=300)
     assert list(run.evaluations.step) == [30, 60, 90]
     assert run.evaluations.test_accuracy.iloc[-1] > run.evaluations.test_accuracy.iloc[0]
@@ -361,9 +354,9 @@ def test_evaluation_every_n_steps_and_training_accuracy(cluster):
     (wb.models.module_mlp(input_dim=10), "Received: examples of shape (64,)"),
     (wb.models.mlp(classes=5), "Received: labels 0..9 (10 classes). Expected at most the 5 classes"),
 ])
-def test_data_that_does_not_fit_the_model_is_a_clear_error(cluster, model, expected):
+def test_data_that_does_not_fit_the_model_is_a_clear_error(cluster4, model, expected):
     with pytest.raises(wb.EngineError, match=expected.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
-        cluster.train(model, DIGITS, strategy="single", workers=1, global_batch_size=64, steps=5).wait(timeout=120)
+        cluster4.train(model, DIGITS, strategy="single", workers=1, global_batch_size=64, steps=5).wait(timeout=120)
 
 
 @ipp.interactive
@@ -389,21 +382,21 @@ def stalling_dataset_fn(input_context):
     return ds.batch(input_context.get_per_replica_batch_size(64))
 
 
-def test_a_stalled_synchronous_run_fails_naming_a_worker_and_recycles(cluster):
-    run = cluster.train(small_model, stalling_dataset_fn, strategy="multi_worker_mirrored", workers=2,
+def test_a_stalled_synchronous_run_fails_naming_a_worker_and_recycles(cluster4):
+    run = cluster4.train(small_model, stalling_dataset_fn, strategy="multi_worker_mirrored", workers=2,
                         global_batch_size=64, steps=10_000, checkpoint_every=0, stall_timeout=5)
     with pytest.raises(wb.RunStalled, match=r"no progress for 5 s.*worker:\d") as info:
         run.wait(timeout=120)
     assert "last steps" in str(info.value)
     engines = [t.engine_id for t in run.tasks]
-    assert not set(engines) & set(cluster.engine_info), "stalled engines should have been replaced"
-    after = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, global_batch_size=64,
+    assert not set(engines) & set(cluster4.engine_info), "stalled engines should have been replaced"
+    after = cluster4.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, global_batch_size=64,
                           steps=5).wait(timeout=300)
     assert after.final_step == 5
 
 
-def test_variable_partitioner_shards_a_tf_module_over_ps_tasks(cluster):
-    run = cluster.train(wb.models.module_mlp(input_dim=64), DIGITS, strategy="parameter_server", workers=1,
+def test_variable_partitioner_shards_a_tf_module_over_ps_tasks(cluster4):
+    run = cluster4.train(wb.models.module_mlp(input_dim=64), DIGITS, strategy="parameter_server", workers=1,
                         ps=2, variable_partitioner=2, global_batch_size=128, steps=200,
                         checkpoint_every=0).wait(timeout=300)
     p = run.placement
@@ -415,8 +408,8 @@ def test_variable_partitioner_shards_a_tf_module_over_ps_tasks(cluster):
     assert run.evaluation["test_accuracy"] >= 0.85
 
 
-def test_a_keras_model_with_a_partitioner_gets_a_clear_error(cluster):
-    run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=1, ps=2, variable_partitioner=2,
+def test_a_keras_model_with_a_partitioner_gets_a_clear_error(cluster4):
+    run = cluster4.train(MLP, DIGITS, strategy="parameter_server", workers=1, ps=2, variable_partitioner=2,
                         global_batch_size=128, steps=5)
     with pytest.raises(wb.EngineError, match="Expected a tf.Module model"):
         run.wait(timeout=120)
