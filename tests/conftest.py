@@ -1,5 +1,6 @@
 """Fixtures shared by the suite. Real clusters always stop (finalizers) and leave no PID."""
 
+import glob
 import os
 import secrets
 import shutil
@@ -11,6 +12,8 @@ import urllib.request
 import pytest
 from browser_tools import CHROMIUM, ROOT, free_port, wait_for
 from checks import stop_process_tree
+
+from workbench.common import roles
 
 # Profiles, connection files and run directories of the suite live in a private place,
 # never in the user's ~/.ipython or ~/.workbench.
@@ -28,10 +31,18 @@ def cluster():
     c.start()
     yield c
     pids = [c.engine_info[e].pid for e in c.engine_info]
+    tmpdirs = roles.engine_tmpdir(tempfile.gettempdir(), c.cluster_tag, "*")
+    assert glob.glob(tmpdirs), "engines have their private TMPDIR"
     c.stop()
     from workbench.kernel.processes import alive as _alive
 
     assert not [p for p in pids if _alive(p)], "engines left running after stop()"
+    assert not glob.glob(tmpdirs), "engines' TMPDIRs left behind after stop()"
+
+
+def pytest_unconfigure(config):
+    """The suite's private home (profiles, run directories: hundreds of MB) goes with it."""
+    shutil.rmtree(_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

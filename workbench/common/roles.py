@@ -60,6 +60,11 @@ def local_ranks(engines: Iterable[EngineInfo]) -> dict[int, int]:
 STARTUP_ENV = {"GRPC_FAIL_FAST": "use_caller", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
+def engine_tmpdir(tmp: str, cluster_tag: str, engine_id: int | str) -> str:
+    """The private ``TMPDIR`` of one engine (``engine_id="*"``: a glob of all of a cluster's)."""
+    return f"{tmp.rstrip('/')}/workbench-{cluster_tag}-engine{engine_id}"
+
+
 def engine_env(engines: Sequence[EngineInfo], cluster_tag: str) -> dict[int, dict[str, str]]:
     """The environment each engine keeps for its lifetime, set before TF is imported.
 
@@ -71,7 +76,7 @@ def engine_env(engines: Sequence[EngineInfo], cluster_tag: str) -> dict[int, dic
     ranks = local_ranks(engines)
     envs = {}
     for e in engines:
-        env = dict(STARTUP_ENV, TMPDIR=f"{e.tmp.rstrip('/')}/workbench-{cluster_tag}-engine{e.id}")
+        env = dict(STARTUP_ENV, TMPDIR=engine_tmpdir(e.tmp, cluster_tag, e.id))
         if e.gpus:
             rank = ranks[e.id]
             env["CUDA_VISIBLE_DEVICES"] = str(e.gpus[rank]) if rank < len(e.gpus) else ""

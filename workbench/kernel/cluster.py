@@ -2,6 +2,9 @@
 or an existing profile; engines that report what they are; TF state tracked per engine."""
 
 import atexit
+import glob
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -252,6 +255,10 @@ class Cluster:
             return
         self._collect_pids()
         processes = family(self._pids)  # with engines' nannies, controller's schedulers
+        # engines' private TMPDIRs (compiled functions, workers' scratch checkpoints): on
+        # this machine's filesystem for local engines and for hosts that share it
+        tmps = {info.tmp for info in self.pool.info.values()} | {tempfile.gettempdir()}
+        tag = self.cluster_tag
         controller = remote.local_pids(self._ipp.controller)
         launchers.end_mpi_jobs(self._ipp)  # mpiexec takes its ranks on every host down
         launchers.end_slurm_jobs(self._ipp)  # scancel, until squeue no longer lists the job
@@ -266,6 +273,9 @@ class Cluster:
         self._ipp = None
         reap(processes, deadline=10)
         self._pids.clear()
+        for tmp in tmps:  # the tag is this cluster's alone: no other cluster's files match
+            for path in glob.glob(roles.engine_tmpdir(tmp, tag, "*")):
+                shutil.rmtree(path, ignore_errors=True)
         if self._pidfile is not None:
             self._pidfile.unlink(missing_ok=True)  # the reaper exits when its list is gone
             self._pidfile = None
