@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -132,12 +133,49 @@ def plot(rows, fits):
     return "scale.png"
 
 
+def cold_start(pairs, engines=4):
+    """Zygote start against each engine importing TensorFlow, alternated in this run:
+    ``Cluster(engines=4)`` to the first step of a PSS run (1 PS + 2 workers, which uses 4
+    engines), then a different topology (MWMS over 4: every engine recycled) to its first step."""
+    model, data = wb.models.mlp((16,)), wb.datasets.digits()
+    rows = []
+    for i in range(pairs):
+        for zygote in ((True, False) if i % 2 == 0 else (False, True)):
+            os.environ["WORKBENCH_ZYGOTE"] = "1" if zygote else "0"
+            t0 = time.time()
+            cluster = wb.Cluster(engines=engines).start()
+            try:
+                row = {"zygote": zygote, "forked": cluster.started_by_zygote, "ready_s": time.time() - t0}
+                run = cluster.train(model, data, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
+                                    steps=20, checkpoint_every=0, dashboard=False)
+                row["first_pss_step_s"] = first_step(run, t0)
+                run.wait(timeout=300)
+                t1 = time.time()
+                run = cluster.train(model, data, strategy="multi_worker_mirrored", workers=engines,
+                                    global_batch_size=64, steps=20, checkpoint_every=0, dashboard=False)
+                row["recycle_first_step_s"] = first_step(run, t1)
+                run.wait(timeout=300)
+            finally:
+                cluster.stop()
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    os.environ.pop("WORKBENCH_ZYGOTE", None)
+    out = {}
+    for key in ("ready_s", "first_pss_step_s", "recycle_first_step_s"):
+        on = statistics.median(r[key] for r in rows if r["zygote"])
+        off = statistics.median(r[key] for r in rows if not r["zygote"])
+        out[key] = {"zygote": on, "import per engine": off, "ratio": on / off}
+    return {"pairs": pairs, "engines": engines, "rows": rows, "median": out}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--engines", type=int, nargs="*")
     p.add_argument("--steps", type=int)
     p.add_argument("--add", nargs="*", default=[], help="scale.json files of earlier runs (other N) to report with")
+    p.add_argument("--no-cold-start", dest="cold_start", action="store_false",
+                   help="leave out the zygote-vs-import cold start pairs")
     args = p.parse_args(argv)
     ns = args.engines if args.engines is not None else ([2] if args.quick else [2, 4, 8, 16])  # --engines alone: none
     steps = args.steps or (30 if args.quick else 200)
@@ -146,10 +184,11 @@ def main(argv=None):
         r = one(n, steps)
         print(json.dumps(r), flush=True)
         rows.append(r)
-    report(rows, steps, args.quick)
+    start = cold_start(1 if args.quick else 3) if args.cold_start else None
+    report(rows, steps, args.quick, start)
 
 
-def report(rows, steps, quick):
+def report(rows, steps, quick, start=None):
     rows = sorted(rows, key=lambda r: r["engines"])
     ns = [r["engines"] for r in rows]
     fits = {key: fit([r["engines"] for r in rows], [r.get(key) for r in rows]) for key in COSTS}
@@ -157,6 +196,8 @@ def report(rows, steps, quick):
     result = {"results": {"rows": rows, "fits": {k: {"exponent": v[0], "growth": v[1]} for k, v in fits.items()}},
               "meta": {"quick": quick, "steps": steps, "machine": _machine()}}
     result["plot"] = plot(rows, fits)
+    if start is not None:
+        result["results"]["cold_start"] = start
     (OUT / "scale.json").write_text(json.dumps(result, indent=1))
     md = [f"Real local clusters, MWMS over all N engines, mlp((16,)) on digits, batch 16/worker, {steps} steps; "
           f"machine: {result['meta']['machine']}", "",
@@ -168,6 +209,16 @@ def report(rows, steps, quick):
                   f" | {'n/a' if k is None else f'k = {k:.2f}, {kind}'} |")
     md.append("| steps/s (for reference) | " + " | ".join(_v(r.get("steps_per_s")) for r in rows) + " | |")
     md += ["", f"![scale]({result['plot']})", ""]
+    if start is not None:
+        md += [f"Cold start, {start['engines']} engines, {start['pairs']} alternated pair(s): zygote (engines fork "
+               "from one process that imported TensorFlow) against each engine importing it", "",
+               "| seconds (median) | zygote | import per engine | ratio |", "| --- | --- | --- | --- |"]
+        for key, label in (("ready_s", "Cluster() to all engines ready"),
+                           ("first_pss_step_s", "Cluster() to the first PSS step"),
+                           ("recycle_first_step_s", "another topology (all engines recycled) to its first step")):
+            m = start["median"][key]
+            md.append(f"| {label} | {m['zygote']:.2f} | {m['import per engine']:.2f} | {m['ratio']:.2f} |")
+        md.append("")
     (OUT / "scale.md").write_text("\n".join(md))
     print("\n".join(md))
 

@@ -42,6 +42,9 @@ def scale_ok(data):
     rows = data["results"]["rows"]
     assert [r["engines"] for r in rows] == [2]
     assert all(rows[0][k] > 0 for k in ("ready_s", "first_step_s", "rerun_first_step_s", "stop_s", "engine_pss_mb"))
+    start = data["results"]["cold_start"]  # one zygote / import pair
+    assert sorted((r["zygote"], r["forked"]) for r in start["rows"]) == [(False, False), (True, True)]
+    assert all(m["ratio"] > 0 for m in start["median"].values())
 
 
 def network_ok(data):

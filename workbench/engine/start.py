@@ -26,10 +26,14 @@ OPTIONAL = ("sklearn", "matplotlib")  # what Keras imports if present, and engin
 
 
 class _LeaveOut(importlib.abc.MetaPathFinder):
-    """Keras's optional imports fail as if not installed, in the start-up import's thread only."""
+    """Keras's optional imports fail as if not installed, in the start-up import's thread
+    only (``always``: in any thread, for the zygote's import, ``workbench.engine.zygote``)."""
+
+    def __init__(self, always: bool = False) -> None:
+        self.always = always
 
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in OPTIONAL and threading.current_thread().name == THREAD:
+        if name.split(".")[0] in OPTIONAL and (self.always or threading.current_thread().name == THREAD):
             raise ModuleNotFoundError(f"No module named {name!r} (left out of the engine's start-up import)",
                                       name=name)
         return None

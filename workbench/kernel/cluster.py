@@ -13,7 +13,7 @@ from workbench.common import roles, strategies
 from workbench.common import validate
 from workbench.datasets import Data
 from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, invalid
-from workbench.kernel import home, launchers, live, reaper, recorded, remote
+from workbench.kernel import home, launchers, live, reaper, recorded, remote, zygote
 from workbench.kernel.launch import launch as start_run
 from workbench.kernel.pool import EnginePool
 from workbench.kernel.processes import alive, family, reap
@@ -95,6 +95,7 @@ class Cluster:
                                on_change=self._write_record, tag=lambda: self.cluster_tag,
                                controller_host=self._controller_host)
         self._pids = set()  # local pids this object started
+        self._zygote = None  # the process local engines fork from (``workbench.engine.zygote``)
         self._pidfile = None  # the reaper's list of this cluster's PIDs
         self._record = None  # clusters/<id>.json, what the Workbench panel shows
         self._reaper = None
@@ -168,13 +169,18 @@ class Cluster:
             options.setdefault("controller_args", ["--HeartMonitor.period=1000",
                                                    "--HeartMonitor.max_heartmonitor_misses=3"])
         if self.launcher == "local":
-            # engines import TensorFlow while they register (workbench.engine.start), and
-            # start with the controller, reading its connection file when it appears
+            # engines import TensorFlow while they register (workbench.engine.start), or
+            # fork from a zygote that imported it once (zygote.py); they start with the
+            # controller, reading its connection file when it appears
             config = options.setdefault("config", Config())
             if "engine_cmd" not in config.LocalEngineSetLauncher:
+                self._zygote = zygote.start()
                 config.LocalEngineSetLauncher.engine_cmd = [
-                    sys.executable, "-m", "workbench.engine.start", f"--IPEngine.wait_for_url_file={self.timeout}",
+                    *(zygote.command(self._zygote) if self._zygote else [sys.executable, "-m", "workbench.engine.start"]),
+                    f"--IPEngine.wait_for_url_file={self.timeout}",
                     "--IPEngine.enable_nanny=False"]  # a process less per engine: we watch PIDs
+                if self._zygote is not None:
+                    self._pids.add(self._zygote.pid)
                 options.setdefault("send_engines_connection_env", False)
                 options.setdefault("delay", 0)
         options.setdefault("log_level", 40)
@@ -221,10 +227,16 @@ class Cluster:
         self._pids.update(remote.local_pids(self._ipp.controller))
         for engine_set in self._ipp.engines.values():
             self._pids.update(remote.local_pids(engine_set))
+        if self._zygote is not None:  # the engines it forked
+            self._pids.update(family({self._zygote.pid}))
 
     def _is_local(self, info):
         """Did a local launcher of ours start this engine (so that it may be killed by PID)?"""
-        return self._ipp is not None and info.pid in self._pids
+        if self._ipp is None:
+            return False
+        if info.pid not in self._pids and self._zygote is not None:
+            self._collect_pids()  # an engine forked since the last look
+        return info.pid in self._pids
 
     def _write_pidfile(self):
         if self._ipp is None or self._pidfile is None:
@@ -273,6 +285,9 @@ class Cluster:
         self._ipp = None
         reap(processes, deadline=10)
         self._pids.clear()
+        if self._zygote is not None:
+            zygote.stop(self._zygote)
+            self._zygote = None
         for tmp in tmps:  # the tag is this cluster's alone: no other cluster's files match
             for path in glob.glob(roles.engine_tmpdir(tmp, tag, "*")):
                 shutil.rmtree(path, ignore_errors=True)
@@ -292,6 +307,13 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    @property
+    def started_by_zygote(self) -> bool:
+        """Do this cluster's local engines fork from a zygote that imported TensorFlow once
+        (``workbench.engine.zygote``; automatic on Linux without GPUs, off with
+        ``WORKBENCH_ZYGOTE=0``)? False if the zygote refused to fork or is gone."""
+        return self._zygote is not None and self._zygote.process.poll() is None
 
     @property
     def running(self) -> bool:

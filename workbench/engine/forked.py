@@ -1,0 +1,89 @@
+"""The launcher's command for a local engine when a zygote runs (``workbench.engine.zygote``):
+
+    python -m workbench.engine.forked SOCKET ZYGOTE_PID [ipengine arguments ...]
+
+It asks the zygote to fork an engine with these arguments, this process's environment,
+working directory and standard streams, then stands in for it: signals it receives go to
+the engine, and it exits when the engine does, so that ipyparallel's launcher sees the
+engine's life as that of its process. It imports nothing heavy. If the zygote is not
+there (it refused to fork, or died), it becomes an engine the usual way
+(``workbench.engine.start``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _connect(path: str, zygote: int, timeout: float) -> socket.socket | None:
+    """A connection to the zygote once its socket appears; None if it died or refused."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and _alive(zygote):
+        if os.path.exists(path):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(path)
+                return s
+            except OSError:
+                s.close()
+        time.sleep(0.02)
+    return None
+
+
+def _fallback(argv: list[str]) -> None:
+    os.execv(sys.executable, [sys.executable, "-m", "workbench.engine.start", *argv])
+
+
+def main() -> None:
+    path, zygote, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    conn = _connect(path, zygote, timeout=120)
+    if conn is None:
+        _fallback(argv)
+    request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode() + b"\n"
+    socket.send_fds(conn, [request], [0, 1, 2])
+    reply = b""
+    while not reply.endswith(b"\n"):
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        reply += chunk
+    answer = json.loads(reply) if reply.endswith(b"\n") else {}
+    if "pid" not in answer:
+        conn.close()
+        _fallback(argv)
+    pid = answer["pid"]
+
+    def forward(signum, _frame):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(signum, forward)
+    while True:  # the engine holds the other end: EOF when it exits
+        try:
+            if not conn.recv(4096):
+                break
+        except InterruptedError:
+            continue
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

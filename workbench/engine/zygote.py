@@ -1,0 +1,145 @@
+"""A zygote: one process imports TensorFlow once, then forks every local engine.
+
+Cold start is bound by each engine importing TensorFlow (about 2.3 CPU-s each; 4 engines
+take both cores of a laptop for ~5 s). The zygote pays it once: ``python -m
+workbench.engine.zygote SOCKET`` imports TensorFlow and ipyparallel's engine, checks that
+it is still one thread, and then, for each engine a launcher starts
+(``workbench.engine.forked``, the launcher's command), forks a child that becomes that
+engine with the launcher's arguments, environment and standard streams.
+
+Fork safety is checked, not assumed: TensorFlow's import starts no thread of its own, and
+nothing here creates a TF runtime, an op or a device before forking; numpy's OpenBLAS
+starts a thread pool at import unless ``OPENBLAS_NUM_THREADS=1`` (the kernel sets it for
+the zygote, so its engines run numpy on one thread; TensorFlow's ops do not use OpenBLAS).
+The zygote counts its threads (``/proc/self/task``) before every fork and exits with
+``REFUSED`` if there is more than one; the engines' launcher command then starts them
+the usual way (``workbench.engine.start``). Hosts with GPUs never use it: CUDA's state
+must not cross a fork, and ``CUDA_VISIBLE_DEVICES`` must be set before the import.
+
+Children die with the zygote (``PR_SET_PDEATHSIG``), so ending it (the cluster's stop,
+or its reaper when the kernel dies) ends every engine it forked.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import signal
+import socket
+import sys
+
+from workbench.common.roles import STARTUP_ENV
+
+REFUSED = 3  # exit status: more than one thread at fork time
+_PR_SET_PDEATHSIG = 1
+
+
+def threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _import() -> None:
+    """What every engine imports: TensorFlow (Keras' optional scikit-learn and matplotlib
+    left out, as ``workbench.engine.start`` does) and ipyparallel's engine."""
+    from workbench.engine import start
+
+    finder = start._LeaveOut(always=True)
+    sys.meta_path.insert(0, finder)
+    try:
+        import tensorflow  # noqa: F401
+    finally:
+        sys.meta_path.remove(finder)
+    import ipyparallel.engine.app  # noqa: F401
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> None:
+    """Become the engine: the launcher's streams, environment and arguments."""
+    listener.close()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # subprocesses of the engine are waited for
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _die_with_parent()
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target)
+    for fd in fds:
+        os.close(fd)
+    # conn stays open in this process only: when the engine exits, the launcher's process sees EOF
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.environ.update(STARTUP_ENV)  # as workbench.engine.start sets them
+    os.chdir(request["cwd"])
+    sys.argv = ["ipengine", *request["argv"]]
+    code = 0
+    try:
+        from ipyparallel.engine.app import main
+
+        main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - printed to the engine's log, as an engine would
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(path: str) -> None:
+    _import()
+    if threads() != 1:
+        print(f"zygote: {threads()} threads after the import; not forking", file=sys.stderr, flush=True)
+        sys.exit(REFUSED)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel, never zombies
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".tmp")
+    os.rename(path + ".tmp", path)  # it appears ready to connect to
+    listener.listen(64)
+    while True:
+        conn, _ = listener.accept()
+        with conn:
+            msg, fds = _receive(conn)
+            if msg is None:
+                continue
+            if threads() != 1:  # never fork a process with threads
+                conn.sendall(json.dumps({"refused": threads()}).encode() + b"\n")
+                for fd in fds:
+                    os.close(fd)
+                continue
+            pid = os.fork()
+            if pid == 0:
+                _child(conn, listener, msg, fds)
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+
+def _receive(conn: socket.socket) -> tuple[dict | None, list[int]]:
+    data, fds = b"", []
+    while not data.endswith(b"\n"):
+        chunk, ancdata, _, _ = conn.recvmsg(65536, socket.CMSG_LEN(3 * array.array("i").itemsize))
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                a = array.array("i")
+                a.frombytes(payload[: len(payload) - len(payload) % a.itemsize])
+                fds.extend(a)
+        if not chunk:
+            return None, fds
+        data += chunk
+    return json.loads(data), fds
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
