@@ -20,7 +20,7 @@ from workbench.kernel.processes import reap
 @dataclass
 class Zygote:
     process: subprocess.Popen
-    path: str  # its unix socket
+    path: str  # its unix socket; its output goes to ``path + ".log"``
 
     @property
     def pid(self) -> int:
@@ -44,8 +44,9 @@ def start() -> Zygote | None:
         return None
     path = os.path.join(tempfile.gettempdir(), f"wbz-{os.getpid()}-{secrets.token_hex(4)}.sock")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", **STARTUP_ENV)  # no thread pool before the fork
-    process = subprocess.Popen([sys.executable, "-m", "workbench.engine.zygote", path], env=env,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    with open(path + ".log", "wb") as log:  # TF's import talks on stderr: not in the kernel's
+        process = subprocess.Popen([sys.executable, "-m", "workbench.engine.zygote", path], env=env,
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     return Zygote(process, path)
 
 
@@ -61,7 +62,7 @@ def stop(z: Zygote) -> None:
         z.process.wait(5)
     except subprocess.TimeoutExpired:
         pass
-    for p in (z.path, z.path + ".tmp"):
+    for p in (z.path, z.path + ".tmp", z.path + ".log"):
         try:
             os.unlink(p)
         except OSError:
