@@ -72,6 +72,7 @@ class RecordedRun(Run):
         self.run_dir = Path(run_dir)
         self.cluster = None
         self._rows, self._version, self._max_step, self._history = {}, 0, 0, (-1, None)
+        self._joined, self._anatomy = (None, None), (None, None)  # caches, as Run keeps them
         self._events, self._seen_events = [], set()
         self._outcome, self._error, self._dashboard, self._links = {}, None, None, None
         self._lock = threading.Lock()
