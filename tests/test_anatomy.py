@@ -245,10 +245,13 @@ def test_profile_traces_a_parameter_server_run_where_its_steps_execute(cluster4)
     task: run.profile() traces those engines' processes (the chief only dispatches).
 
     Cross-check: a worker's op kernels fit inside its timed step (compute + push). They
-    cover only part of it (measured 0.09-0.30 over three runs, e.g. 0.77 of 4.76 and 1.74 of
-    5.82 ms per step): a step waits for the PS task's variables in asynchronous receives, which no op
-    event spans, and its function is split between the worker's and the PS's partitions;
-    the timers read those waits, the trace cannot attribute them."""
+    cover only part of it (measured 0.40 and 0.64, 4.25 of 10.61 and 3.87 of 6.03 ms per
+    step; walkthrough 10's run: 0.60 and 0.48): a step waits for the PS task's variables in
+    asynchronous receives, which no op event spans, and its function is split between the
+    worker's and the PS's partitions; the timers read those waits, the trace cannot
+    attribute them. (Before the traces were started and stopped on every engine at once,
+    the steps counted included those run while earlier stops parsed their traces: ~1,000-
+    2,000 for 100 asked, and this read 0.09-0.30.)"""
     run = cluster4.train(MLP, DIGITS, global_batch_size=64, steps=20000, **TOPOLOGIES["parameter_server"])
     try:
         p = run.profile(steps=100)

@@ -42,11 +42,12 @@ of it (the rest is the executor's scheduling between ops); the collective kernel
 packing of the gradients around the collective, its parameter resolution and, for
 averaging, writing the means back. Mirrored (two logical devices of one engine): the
 trace's union of both replicas' ops was 1.99-2.19 of the timers' per-replica compute, its
-collective kernels 0.30-0.81 of the timed all-reduce (four runs, on a loaded machine). Under a parameter server a worker's op kernels cover
-only 0.09-0.30 of its timed compute and push (three runs): its waits for the PS task's variables are
-asynchronous receives no op event spans, so there the timers see what the trace cannot
-attribute. The loop's own ops (metrics, each step's outputs) are timed with no piece: they
-run alongside the timed ones or fall in **other**.
+collective kernels 0.30-0.81 of the timed all-reduce (four runs, on a loaded machine).
+Under a parameter server a worker's op kernels cover 0.40-0.64 of its timed compute and
+push (two runs, two workers each): its waits for the PS task's variables are asynchronous
+receives no op event spans, so there the timers see what the trace cannot attribute. The
+loop's own ops (metrics, each step's outputs) are timed with no piece: they run alongside
+the timed ones or fall in **other**.
 
 A worker is a **straggler** when its busy time per step (wall minus waiting) is more than
 ``STRAGGLER`` (20%) above the mean of the others'.
