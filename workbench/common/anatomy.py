@@ -1,5 +1,5 @@
 """The anatomy of a step: where each worker's wall time goes. Pure logic over step rows
-(``StepRow``'s anatomy columns), shared by ``Run.anatomy()``, the dashboard and the CLI.
+(``StepRow``'s anatomy columns), shared by ``Run.anatomy()`` and the dashboard.
 
 How it is measured (``engine/loop.py``: ``step_fn`` and ``steps_fn`` with ``timed=True``):
 ``tf.timestamp`` ops inside the step's own ``tf.function``, each chained by control
