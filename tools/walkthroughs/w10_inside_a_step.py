@@ -62,13 +62,13 @@ print(f"the wide model computes longer per step under MWMS: {ms[('MWMS', 'wide')
 """),
         md("""
 **Reading it** (the shares when this notebook was saved). On two shared cores the small
-model's MWMS step is half all-reduce (communication 0.51, waiting for the peer 0.09-0.12):
+model's MWMS step is half all-reduce (communication 0.53-0.54, waiting for the peer 0.09):
 its gradient is 26 kB, so the collective's fixed latency dominates, and compute is only
-0.12-0.14. The wide model hands the all-reduce 46 times the bytes and computes ten times
+0.14-0.15. The wide model hands the all-reduce 46 times the bytes and computes several times
 longer per step, so compute grows to 0.28-0.30 while communication stays near half. Under
-the parameter server, compute is the largest share (0.37-0.51: it includes the forward
-pass's reads of variables held by the PS task), the gradients' push 0.18-0.21, and each
-worker sat idle between its calls for 0.11-0.23 of its wall time, waiting for the single
+the parameter server, compute is the largest share (0.32-0.53: it includes the forward
+pass's reads of variables held by the PS task), the gradients' push 0.20-0.22, and each
+worker sat idle between its calls for 0.12-0.31 of its wall time, waiting for the single
 chief to schedule the next one (the coordinator is the bottleneck here, as `DESIGN.md`
 measured).
 
@@ -77,6 +77,38 @@ measured).
 `run.profile(steps=N)` asks every training task for a TF profiler trace of N steps while
 the run goes on, writes it under the run directory (TensorBoard's profile plugin or XProf
 open it) and summarises it by the same categories: seconds per step of op kernels.
+
+A parameter-server step runs in a worker's `tf.distribute.Server` (a function the chief's
+coordinator dispatches to it) and reads and updates variables on the PS task, so there the
+trace is taken in the worker and PS engines' processes; the chief, which only dispatches,
+is not traced.
+"""),
+        code("""
+ps_live = cluster.train(small, strategy="parameter_server", workers=2, ps=1, **dict(args, steps=20000))
+ps_trace = ps_live.profile(steps=100)
+ps_live.stop()
+ps_trace[["task", "steps", "input", "compute", "communication", "ops"]].round(5)
+""", volatile=True),
+        md("""
+A worker's op kernels fit inside its timed step (compute and the gradients' push) but cover
+only part of it: the step waits for the PS task's variables in asynchronous receives that
+no op event spans, which the timers read and the trace cannot attribute. The PS task's
+own ops are mostly sends of its variables to the workers.
+"""),
+        code("""
+h = ps_live.history
+for _, row in ps_trace.iterrows():
+    if row.task.startswith("ps"):
+        print(f"{row.task}: sends its variables to the workers: {row.communication > 0} "
+              f"(measured {row.communication * 1e3:.3f} ms/step of send ops, {row.compute * 1e3:.3f} of compute)")
+        continue
+    steps = h[(h.worker == row.task) & h.step.between(row["first"], row["last"])]
+    timed, traced = (steps.compute_time + steps.comm_time).mean(), row.compute + row.communication
+    print(f"{row.task}: its op kernels fit inside its timed step: {traced <= timed} "
+          f"(measured {traced / timed:.2f}: {traced * 1e3:.2f} of {timed * 1e3:.2f} ms/step)")
+"""),
+        md("""
+Then an MWMS run, where every worker runs its steps in its own training task:
 """),
         code("""
 live = cluster.train(wide, strategy="multi_worker_mirrored", workers=2, **dict(args, steps=5000))
@@ -132,8 +164,8 @@ wb.compare(*comp.values(), labels=["float32", "fp16", "bf16", "int8"])
         md("""
 **What it means.** Halving or quartering the bytes cost no accuracy you can see here (the
 claims above). Whether it buys speed depends on the link: on loopback with 2 shared cores
-the casts and the quantization cost about as much as the bytes they save (when saved: 83
-steps/s at 32 bits, 75 in fp16, 94 in bf16, 59 in int8, one run each). Where the transfer
+the casts and the quantization cost about as much as the bytes they save (when saved: 106
+steps/s at 32 bits, 116 in fp16, 124 in bf16, 82 in int8, one run each). Where the transfer
 itself is the cost, fewer bytes move faster: `bench/anatomy.py` measures each precision's
 useful gradient bytes per second of all-reduce against 32 bits on the same engines
 (`docs/performance.md` has the numbers).

@@ -1,5 +1,5 @@
 """The anatomy of a step: where each worker's wall time goes. Pure logic over step rows
-(``StepRow``'s anatomy columns), shared by ``Run.anatomy()``, the dashboard and the CLI.
+(``StepRow``'s anatomy columns), shared by ``Run.anatomy()`` and the dashboard.
 
 How it is measured (``engine/loop.py``: ``step_fn`` and ``steps_fn`` with ``timed=True``):
 ``tf.timestamp`` ops inside the step's own ``tf.function``, each chained by control
@@ -28,6 +28,8 @@ What each share includes:
   Parameter server: the time a worker sat idle between two of its scheduled calls (waiting
   for the chief). Exact to the clock's resolution when the last worker to arrive does not
   wait; when all workers wait on a third party, that shared wait counts as communication.
+  Mirrored: one worker, whose timers are its replicas' mean: a replica's wait for the
+  engine's other replicas stays in communication.
 - **other**: the rest of the wall time per step (``step_time``): Python between calls,
   publishing metrics, the first call's tracing, the parameter server's dispatch.
 
@@ -38,11 +40,14 @@ parameter averaging) the trace's own ``Timestamp`` ops bound a compute window of
 of it (the rest is the executor's scheduling between ops); the collective kernels spanned
 0.82-0.90 (MWMS) and 0.54-0.89 (averaging) of the timed communication, the rest being the
 packing of the gradients around the collective, its parameter resolution and, for
-averaging, writing the means back. Under a parameter server a worker's op kernels cover
-only 0.09-0.30 of its timed compute and push (three runs): its waits for the PS task's variables are
-asynchronous receives no op event spans, so there the timers see what the trace cannot
-attribute. The loop's own ops (metrics, each step's outputs) are timed with no piece: they
-run alongside the timed ones or fall in **other**.
+averaging, writing the means back. Mirrored (two logical devices of one engine): the
+trace's union of both replicas' ops was 1.99-2.19 of the timers' per-replica compute, its
+collective kernels 0.30-0.81 of the timed all-reduce (four runs, on a loaded machine).
+Under a parameter server a worker's op kernels cover 0.40-0.64 of its timed compute and
+push (two runs, two workers each): its waits for the PS task's variables are asynchronous
+receives no op event spans, so there the timers see what the trace cannot attribute. The
+loop's own ops (metrics, each step's outputs) are timed with no piece: they run alongside
+the timed ones or fall in **other**.
 
 A worker is a **straggler** when its busy time per step (wall minus waiting) is more than
 ``STRAGGLER`` (20%) above the mean of the others'.
@@ -113,6 +118,21 @@ def table(history: pd.DataFrame | None, skip: int = 0) -> pd.DataFrame:
     if slow is not None:
         out.loc[slow, "straggler"] = True
     return out.reset_index()[cols]
+
+
+def sent(history: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per worker that handed bytes to an all-reduce: its mean ``step_time`` (s)
+    and ``bytes_per_step`` (``run.history``'s ``comm_bytes``), with or without the rest of
+    the anatomy (every run that all-reduces counts its bytes); empty when nothing was sent."""
+    import pandas as pd
+
+    cols = ["worker", "step_time", "bytes_per_step"]
+    if history is None or "comm_bytes" not in history:
+        return pd.DataFrame(columns=cols)
+    h = history.dropna(subset=["comm_bytes"])
+    g = h.groupby("worker")
+    out = pd.DataFrame({"step_time": g["step_time"].mean(), "bytes_per_step": g["comm_bytes"].mean()})
+    return out[out.bytes_per_step > 0].reset_index()[cols]
 
 
 def straggler(busy: pd.Series) -> str | None:

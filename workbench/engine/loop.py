@@ -147,9 +147,9 @@ def evaluate(t: Training, step: int) -> Evaluation | None:
 
 def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Callable | None = None,
             local_replicas: int = 1, global_batch_size: int | None = None, reduce: Callable | None = None,
-            timed: bool = False) -> Callable:
+            timed: bool = False, sends: bool | None = None) -> Callable:
     """One training step on one replica: ``(loss, correct predictions[, staleness], *metrics
-    [, compute, communication, bytes])``.
+    [, compute, communication][, bytes])`` (``extra_outputs`` counts the bracketed ones).
 
     The loss is the per-example loss averaged over the global batch (``global_batch_size``,
     the job's unless given) plus this replica's share (1/replicas,
@@ -167,11 +167,16 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
     control dependencies to the ops it brackets: compute (forward and backward, then the
     update: for parameter-server steps, the update is the gradients' push and is counted as
     communication instead), communication (the all-reduce; under PS, the gradient push
-    and the global step's increment), and the bytes handed to the all-reduce."""
+    and the global step's increment), and the bytes handed to the all-reduce. ``sends``
+    (default: whether there is a ``reduce``): the bytes are an output even when not
+    ``timed``, so that an untimed run that all-reduces still reports ``comm_bytes`` (with
+    no ``reduce`` they are 0 here and the caller fills them in, as parameter averaging
+    does)."""
     import tensorflow as tf
 
     job, model, opt, step, metrics = t.job, t.model, t.opt, t.step, t.metrics
     batch = job.global_batch_size if global_batch_size is None else global_batch_size
+    sends = reduce is not None if sends is None else sends
     if reduce is not None:
         opt._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # summed by reduce
 
@@ -232,8 +237,9 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
                 compute, comm = computed - began, ended - computed
             else:
                 compute, comm = (computed - began) + (ended - reduced), reduced - computed
-            out += [tf.cast(compute, tf.float32) / local_replicas, tf.cast(comm, tf.float32) / local_replicas,
-                    tf.cast(sent, tf.float32)]
+            out += [tf.cast(compute, tf.float32) / local_replicas, tf.cast(comm, tf.float32) / local_replicas]
+        if timed or sends:
+            out.append(tf.cast(sent, tf.float32))
         return tuple(out)
 
     return replica_step
@@ -294,11 +300,20 @@ def steps_fn(strategy: tf.distribute.Strategy, replica_step: Callable, outputs: 
     return run_steps
 
 
+def extra_outputs(timed: bool, sends: bool) -> int:
+    """How many outputs ``step_fn`` adds after the metrics: compute, communication and
+    bytes when ``timed``; the bytes alone when it only ``sends``; none otherwise."""
+    return 3 if timed else 1 if sends else 0
+
+
 def anatomy(parts: list, j: int) -> dict[str, float]:
     """Step ``j``'s anatomy columns from a chunk's extra outputs (``loop.step_fn`` with
-    ``timed=True``, then ``loop.steps_fn``'s input time); none when the run is not timed."""
+    ``timed=True``, then ``loop.steps_fn``'s input time), or its ``comm_bytes`` alone (an
+    untimed run that all-reduces); none when the run neither times nor sends."""
     if not parts:
         return {}
+    if len(parts) == 1:
+        return {"comm_bytes": int(parts[0][j])}
     compute, comm, sent, waited = (float(p[j]) for p in parts)
     return {"input_time": waited, "compute_time": compute, "comm_time": comm, "comm_bytes": int(sent)}
 

@@ -26,13 +26,13 @@ def train(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> TaskR
     local = strategy.num_replicas_in_sync // workers
     iterator = iter(strategy.distribute_datasets_from_function(build.dataset_fn(job, start_step=t.start)))
     replicas = strategy.num_replicas_in_sync
-    # with several replicas the step runs the gradients' all-reduce itself: timed, and
-    # compressed when the job asks
+    # with several replicas the step runs the gradients' all-reduce itself: timed, its bytes
+    # counted (with or without the anatomy), and compressed when the job asks
     reduce = compression.reducer(job.compression, build.trainable(t.model)) if replicas > 1 else None
     clip = build.aggregated_clipping(t.opt, replicas, summed=reduce is not None)
     replica_step = loop.step_fn(t, build.loss(job), clip=clip, local_replicas=local, reduce=reduce,
                                 timed=job.anatomy)
-    outputs = 2 + len(t.metrics) + (3 if job.anatomy else 0)
+    outputs = 2 + len(t.metrics) + loop.extra_outputs(job.anatomy, sends=reduce is not None)
     run_steps = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy))
 
     def run_chunk(done, n):

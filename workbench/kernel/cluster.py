@@ -505,7 +505,8 @@ class Cluster:
         all-reduce of "multi_worker_mirrored" (gradients) and "parameter_averaging" (each
         replica's change since the last average); int8 scales each tensor and feeds the
         rounding error back into the next step. ``anatomy``: time the pieces of every step
-        (``run.anatomy()``).
+        (``run.anatomy()``). The bytes each step hands to the all-reduce (``comm_bytes`` in
+        ``run.history``, and the dashboard's all-reduce line) are counted either way.
         """
         self._require_running()
         self._require_idle()

@@ -233,7 +233,7 @@ class Dashboard:
         self.thr_text.value = self._throughput_text(link_state=link_state)
         if stats.rows != self._anatomy_at[0] and (run.done or time.monotonic() - self._anatomy_at[1] > 1.0):
             self._anatomy_at = (stats.rows, time.monotonic())
-            self.anatomy.value = render.anatomy_html(run.anatomy(), compression=getattr(run.job, "compression", None))
+            self.anatomy.value = render.inside_step_html(run)
         self.progress.value = min(run.step, run.job.steps)
         self.status.value = f"<span class='wb-state'>{html.escape(self._status_text())}</span>"
         placement = run.placement

@@ -31,19 +31,23 @@ def servers(run: Any, rid: int, steps: int, timeout: float) -> Any:
     tasks = sorted((t for t in run.tasks if t.role in ("worker", "ps")), key=lambda t: t.name)
     client = run.cluster.client
     dirs = {t.name: str(RunDir(run.run_dir).profile_dir(rid, t.name)) for t in tasks}
-    started, totals = [], {}
+    started: list = []
     try:
-        for t in tasks:
-            client[t.engine_id].apply_sync(engine_profile.start_trace, dirs[t.name])
-            started.append(t)
+        # every engine at once: one after the other, the first traces were started (and
+        # stopped) a second or more before the last, steps the window below does not count
+        replies, error = _on_all(client, engine_profile.start_trace, tasks, dirs)
+        started = [t for t in tasks if t.name in replies]
+        if error is not None:
+            raise error
         first = run.step + 1
         deadline = time.monotonic() + timeout
         while run.step < first - 1 + steps and not run.done and time.monotonic() < deadline:
             time.sleep(_POLL)
+        last = run.step  # the traces end now, not when their stops (which parse them) return
     finally:  # every profiler started is stopped, whatever went wrong
-        for t in started:
-            totals[t.name] = client[t.engine_id].apply_sync(engine_profile.stop_trace, dirs[t.name])
-    last = run.step
+        totals, error = _on_all(client, engine_profile.stop_trace, started, dirs)
+        if error is not None:
+            raise error
     if last - first + 1 < steps:
         if run.failure is not None:
             raise run.failure
@@ -60,3 +64,16 @@ def servers(run: Any, rid: int, steps: int, timeout: float) -> Any:
                          compute=s["compute"] / per, communication=s["communication"] / per, ops=s["ops"],
                          logdir=dirs[t.name]))
     return pd.DataFrame(rows)
+
+
+def _on_all(client: Any, fn: Any, tasks: list, dirs: dict) -> tuple[dict, Exception | None]:
+    """``fn(logdir)`` on every task's engine at once: {task name: result} of those that
+    succeeded, and the first error (None when there was none), once all have answered."""
+    pending = [(t, client[t.engine_id].apply_async(fn, dirs[t.name])) for t in tasks]
+    results, error = {}, None
+    for t, reply in pending:
+        try:
+            results[t.name] = reply.get()
+        except Exception as e:  # noqa: BLE001 - returned, raised by the caller
+            error = error or e
+    return results, error

@@ -314,6 +314,20 @@ def anatomy_html(table: pd.DataFrame | None, width: int = 420, compression: str 
             f'(share of wall time) {legend}{"".join(rows)}{note}{bytes_sent_text(table, compression)}</div>')
 
 
+def inside_step_html(run: Any) -> str:
+    """What the dashboard and its snapshot show of a run's steps: the anatomy's bars
+    (``anatomy_html``) or, for a run with ``anatomy=False`` that all-reduces, the bytes
+    line alone."""
+    from workbench.common import anatomy
+
+    compression = getattr(run.job, "compression", None)
+    table = run.anatomy()
+    if len(table):
+        return anatomy_html(table, compression=compression)
+    line = bytes_sent_text(anatomy.sent(run.history), compression)
+    return f'<div class="wb-anatomy" style="font:12px sans-serif">{line}</div>' if line else ""
+
+
 def figures_text(fig: dict, where: str) -> list[str]:
     """The speed figures (``common/figures.py``) as the dashboard and its snapshot print them."""
     return [f"<b>{fig['examples_per_s']:,.0f}</b> examples/s", f"{fig['steps_per_s']:,.1f} steps/s",
@@ -351,7 +365,7 @@ def snapshot_html(run: Any, status: str) -> str:
         parts.append(line_chart(thr, "Throughput per worker", "step", "examples/s"))
     parts.append("</div>")
     if hasattr(run, "anatomy"):
-        parts.append(anatomy_html(run.anatomy(), compression=getattr(run.job, "compression", None)))
+        parts.append(inside_step_html(run))
     tasks, variables = placement_tables(run.placement)
     if tasks:
         parts.append(placement_svg(tasks, variables, links=link_state(run)))

@@ -193,8 +193,10 @@ class Run:
         a column per metric of ``train(metrics=...)``: its value on the worker's batch.
         With ``anatomy=True`` (the default) also the step anatomy's seconds
         (``input_time``, ``compute_time``, ``comm_time``; ``wait_time`` under a parameter
-        server) and ``comm_bytes``, the bytes the worker handed to the all-reduce that step
-        (counted from the tensors sent, after ``compression``). Grows while the run trains."""
+        server). ``comm_bytes``: the bytes the worker handed to the all-reduce that step
+        (counted from the tensors sent, after ``compression``; a worker with several
+        replicas, as under "mirrored", counts all of theirs), in every run that
+        all-reduces, with or without the anatomy. Grows while the run trains."""
         with self._lock:
             stream = self._stream()
         with stream["build"]:  # one builder at a time: each appends what is new to the frame

@@ -33,8 +33,10 @@ def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
                                          input_pipeline_id=ctx.task.index, num_replicas_in_sync=job.workers)
     iterator = iter(build.dataset_fn(job, start_step=t.start)(context))
     # each worker's loss is the mean over its own m = global/n examples
-    replica_step = loop.step_fn(t, build.loss(job), global_batch_size=local, timed=job.anatomy)
-    outputs = 2 + len(t.metrics) + (3 if job.anatomy else 0)
+    # every step has a bytes output (0: the steps send nothing; the average's bytes go to
+    # the step it follows), timed or not
+    replica_step = loop.step_fn(t, build.loss(job), global_batch_size=local, timed=job.anatomy, sends=True)
+    outputs = 2 + len(t.metrics) + loop.extra_outputs(job.anatomy, sends=True)
     variables = build.trainable(t.model)
     reduce = compression.reducer(job.compression, variables, op="MEAN")
     # compressed runs send each replica's change since the last average (cast or quantized),
@@ -81,14 +83,14 @@ def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
         return tf.stack(stacked), seconds, sent
 
     k = job.average_every
-    comm = 2 + len(t.metrics) + 1  # the anatomy's communication column, then bytes
+    sent_at = outputs - 1  # the bytes column (after the anatomy's communication, when timed)
 
     def run_chunk(done, n):  # chunks end on multiples of k (``every=k``): average there
         values, seconds, sent = run_steps(iterator, tf.constant(n), (done + n) % k == 0)
         values = values.numpy()
         if job.anatomy:  # the average is the last step's communication
-            values[comm, -1] += float(seconds)
-            values[comm + 1, -1] = float(sent)
+            values[sent_at - 1, -1] += float(seconds)
+        values[sent_at, -1] = float(sent)
         return values
 
     done, stopped = synchronous.lockstep(t, run_chunk, synchronous.agreement(strategy), examples=local, every=k)

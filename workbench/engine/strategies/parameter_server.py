@@ -74,7 +74,7 @@ def _train(job, ctx, strategy, coordinator):
     per_worker = coordinator.create_per_worker_dataset(lambda: fn(context))
     iterator = iter(per_worker)
     replica_step = loop.step_fn(t, build.loss(job), staleness=True, timed=job.anatomy)
-    outputs = 3 + len(metrics) + (3 if job.anatomy else 0)
+    outputs = 3 + len(metrics) + loop.extra_outputs(job.anatomy, sends=False)
     looped = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy))
     unrolled = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, unroll=True, timed=job.anatomy))
 
