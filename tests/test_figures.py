@@ -2,6 +2,7 @@
 answer is known by hand."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from workbench.common import figures
@@ -38,6 +39,8 @@ def test_steps_reported_together_count_from_their_chunks_end():
     # the steady stretch starts at step 7, inside the first chunk: counted from that chunk's
     # end (step 10), steps 11..30 took 0.2 s; from step 7 it would read 23 / 0.2 = 115
     assert fig["steps_per_s"] == pytest.approx(100.0)
+    assert figures.steady_stretch(pd.DataFrame({"step": step, "time": time})) == (10, pytest.approx(100.1 + 9e-5), 30,
+                                                                    pytest.approx(100.3 + 9e-5))
     one_chunk = figures.steps_per_s(step[:10], time[:10])
     assert np.isnan(one_chunk), "a single chunk measures no time between steps"
 

@@ -53,17 +53,25 @@ def step_ends(steps: "np.typing.ArrayLike", times: "np.typing.ArrayLike") -> tup
     return steps[last], times[last]
 
 
+def stretch(steps: "np.typing.ArrayLike", ends: "np.typing.ArrayLike") -> tuple[int, float, int, float]:
+    """(first step, its end, last step, its end) of the stretch ``steps_per_s`` times over
+    ``steps`` (ordered, with their ends): from the end of the batch of rows published
+    with the first (``BATCH_GAP``) to the last. NaN times for no steps."""
+    steps, ends = np.asarray(steps, np.int64), np.asarray(ends, float)
+    if not len(steps):
+        return 0, float("nan"), 0, float("nan")
+    later = np.flatnonzero(ends > ends[0] + BATCH_GAP)
+    start = later[0] - 1 if len(later) else len(ends) - 1  # the first batch's last row
+    return int(steps[start]), float(ends[start]), int(steps[-1]), float(ends[-1])
+
+
 def steps_per_s(steps: "np.typing.ArrayLike", ends: "np.typing.ArrayLike") -> float:
     """Steps done per second of wall time between the first and the last of ``steps``
     (ordered, with their ends), counted from the end of the batch of rows published with
-    the first (``BATCH_GAP``). NaN for fewer than two steps or no time between them."""
-    steps, ends = np.asarray(steps, float), np.asarray(ends, float)
-    if len(steps) < 2:
-        return float("nan")
-    later = np.flatnonzero(ends > ends[0] + BATCH_GAP)
-    start = later[0] - 1 if len(later) else len(ends) - 1  # the first batch's last row
-    span = float(ends[-1] - ends[start])
-    return float(steps[-1] - steps[start]) / span if span > 0 else float("nan")
+    the first (``stretch``). NaN for fewer than two steps or no time between them."""
+    first, began, last, ended = stretch(steps, ends)
+    span = ended - began
+    return float(last - first) / span if span > 0 else float("nan")
 
 
 def examples_per_s(rate: float, global_batch_size: int) -> float:
@@ -122,3 +130,14 @@ def history_figures(history: "object", global_batch_size: int) -> Figures:
     h = history
     step_times = h["step_time"].values if "step_time" in h else np.full(len(h), np.nan)
     return run_figures(h["step"].values, h["time"].values, step_times, global_batch_size)
+
+
+def steady_stretch(history: "object") -> tuple[int, float, int, float]:
+    """(first step, its end, last step, its end) of the stretch a ``run.history``'s
+    steps/s counts (``history_figures``): what to measure anything else over, e.g. link
+    counters, so that it covers exactly the steps the figure counts."""
+    s, ends = step_ends(history["step"].values, history["time"].values)
+    if not len(s):
+        return stretch(s, ends)
+    keep = s >= steady_start(s)
+    return stretch(s[keep], ends[keep])
