@@ -22,29 +22,25 @@ import warnings
 from pathlib import Path
 
 import workbench as wb
+from workbench.common import figures
 
 OUT = Path(__file__).resolve().parent / "results"
 RATES = {"unshaped": None, "1 Gbit": "1gbit", "100 Mbit": "100mbit"}
 
 
 def measure(run):
-    """(steady steps/s, median bytes a step each host sent) of a finished run."""
-    h = run.history
-    steps_per_s, first = chunk_rate(h[h.worker == "worker:0"], int(h.step.max() * 0.2))
-    late = h[h.step > first]
-    sent = statistics.median(late[c].median() for c in h.columns if c.startswith("link_tx_bytes_"))
-    return steps_per_s, sent
+    """(steady steps/s, median bytes a step each host sent) of a finished run. Steps/s is
+    the run's own figure (``workbench.common.figures``: after its first fifth of steps,
+    from the end of the chunk holding that step, so a chunk's earlier steps are not
+    counted); the bytes are the links' counters over exactly the same seconds."""
+    import numpy as np
 
-
-def chunk_rate(rows, after):
-    """(steps/s, first step counted) between the ends of one worker's chunks past step
-    ``after``. A chunk's steps run in one call and are published with its end time: a rate
-    from a row inside a chunk counts steps that ran before that time."""
-    ends = rows.groupby("time").step.max().sort_index()  # each chunk's last step, at its end
-    ends = ends[ends > after]
-    if len(ends) < 2:
-        raise ValueError(f"fewer than two chunks ended past step {after}: {ends.to_dict()}")
-    return (ends.iloc[-1] - ends.iloc[0]) / (ends.index[-1] - ends.index[0]), int(ends.iloc[0])
+    first, began, last, ended = figures.steady_stretch(run.history)
+    if not ended > began:  # NaN or no time: too few chunks to time
+        raise ValueError(f"run {run.id}: fewer than two chunks of steps to time ({last} steps)")
+    sent = [np.interp(ended, s.time, s.sent) - np.interp(began, s.time, s.sent)
+            for _, s in run.links.frame().groupby("host")]
+    return (last - first) / (ended - began), statistics.median(sent) / (last - first)
 
 
 def main(argv=None):
@@ -66,7 +62,7 @@ def main(argv=None):
     data = wb.datasets.digits()
     steps = {"unshaped": 200, "1 Gbit": 150, "100 Mbit": 40}
     if args.quick:
-        steps = {k: max(v // 5, 10) for k, v in steps.items()}
+        steps = {k: max(v // 5, 25) for k, v in steps.items()}  # >= 3 chunks of 10: two ends to time
     samples = {name: [] for name in RATES}
     with bed, warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # TF's servers on the bed's network: expected here

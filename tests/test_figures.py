@@ -2,6 +2,7 @@
 answer is known by hand."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from workbench.common import figures
@@ -28,6 +29,20 @@ def test_a_run_s_figures_count_from_its_first_fifth_and_its_pauses_are_slow_step
     assert paused["steps_per_s"] == pytest.approx(79 / 1.59)
     assert paused["examples_per_s"] == pytest.approx(79 / 1.59 * 64)
     assert figures.scaling_efficiency(paused["examples_per_s"], 2, 6400.0) == pytest.approx(79 / 1.59 * 64 / 12800)
+
+
+def test_steps_reported_together_count_from_their_chunks_end():
+    # chunks of 10 steps end every 0.1 s (100 steps/s); a chunk's rows are published 10 us apart
+    step = np.arange(1, 31)
+    time = 100.0 + 0.1 * ((step - 1) // 10 + 1) + 1e-5 * ((step - 1) % 10)
+    fig = figures.run_figures(step, time, np.full(30, 0.01), global_batch_size=64)
+    # the steady stretch starts at step 7, inside the first chunk: counted from that chunk's
+    # end (step 10), steps 11..30 took 0.2 s; from step 7 it would read 23 / 0.2 = 115
+    assert fig["steps_per_s"] == pytest.approx(100.0)
+    assert figures.steady_stretch(pd.DataFrame({"step": step, "time": time})) == (10, pytest.approx(100.1 + 9e-5), 30,
+                                                                    pytest.approx(100.3 + 9e-5))
+    one_chunk = figures.steps_per_s(step[:10], time[:10])
+    assert np.isnan(one_chunk), "a single chunk measures no time between steps"
 
 
 def test_a_step_ends_when_its_last_worker_reports_it_in_any_row_order():

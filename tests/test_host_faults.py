@@ -3,7 +3,8 @@ behaves as losing those engines on one machine (tests/test_faults.py): a paramet
 run replaces its lost workers on their host, which is up again, and completes; a
 multi-worker-mirrored run fails fast naming the lost task, and resumes to the exact step.
 A host cut off the network fails a synchronous run within 60 s naming the task it can no
-longer reach, never a hang."""
+longer reach, never a hang. The dashboard's "kill engines" button does the same as
+``bed.kill_engines``, and the run's events say what it injected and what followed."""
 
 import time
 
@@ -72,6 +73,43 @@ def test_a_lost_host_of_parameter_server_workers_is_replaced_there_and_the_run_c
         assert cluster.engine_info[new.engine_id].host == host
     injected = ev[ev.kind == "injected"]
     assert list(injected.fault) == ["kill_engines"] and list(injected.host) == [host]
+
+
+def test_the_kill_engines_button_loses_a_hosts_workers_and_the_parameter_server_run_completes(cluster, bed):
+    """Pressed as a user would, on a live parameter-server run's dashboard: every engine of
+    a host that holds only workers is killed; the events record the injection (host, PIDs,
+    step), then each of its workers lost and replaced on that host, in that order; the run
+    completes with every step reported once."""
+    steps = 1500  # the surviving worker trains on past the loss being noticed (by heartbeat: ~5 s after the kill)
+    run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
+                        steps=steps, learning_rate=0.05, checkpoint_every=0)
+    faults = run.dashboard().faults
+    assert faults is not None, "a run on the bed's hosts has the fault controls"
+    wait_for(lambda: run.step >= 20 or run.done, 120, lambda: f"step 20; at {run.step}")
+    assert not run.done, run.error
+    placed = hosts_of(run)
+    host = next(h for h, names in placed.items() if all(n.startswith("worker:") for n in names))
+    lost = sorted(placed[host])
+    pids = {t.name: cluster.engine_info[t.engine_id].pid for t in run.tasks if t.host == host}
+    faults.host.value = host
+    faults.kill.click()
+    assert faults.result.value.startswith(f"{host}: killed {len(lost)} engine"), faults.result.value
+    run.wait(timeout=240)
+    assert run.final_step == steps and not run.stopped
+    assert sorted(run.history.step) == list(range(1, steps + 1)), "every step reported exactly once"
+    ev = run.events
+    injected = ev[ev.kind == "injected"]
+    assert list(injected.fault) == ["kill_engines"] and list(injected.host) == [host]
+    assert injected.pids.iloc[0] == sorted(pids.values()) and injected.step.iloc[0] >= 20  # engines, not nannies
+    lost_ev, replaced = ev[ev.kind == "worker_lost"], ev[ev.kind == "worker_replaced"]
+    print(f"killed {host}'s engines {injected.pids.iloc[0]} at step {injected.step.iloc[0]}; lost "
+          f"{list(lost_ev.task)} {lost_ev.time.min() - injected.time.iloc[0]:.2f} s later, replaced after "
+          f"{replaced.time.max() - injected.time.iloc[0]:.1f} s, at step {replaced.step.max()} of {steps}")
+    assert sorted(lost_ev.task) == lost and sorted(replaced.task) == lost, ev[ev.kind.str.startswith("worker")]
+    assert injected.time.iloc[0] <= lost_ev.time.min() and lost_ev.time.max() <= replaced.time.min()
+    for name in lost:  # the replacement runs on the same host
+        new = next(t for t in run.tasks if t.name == name)
+        assert cluster.engine_info[new.engine_id].host == host and cluster.engine_info[new.engine_id].pid != pids[name]
 
 
 def test_a_lost_host_fails_mwms_fast_naming_its_task_and_resume_completes(cluster, bed):

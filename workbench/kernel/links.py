@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from workbench.common.figures import BATCH_GAP  # rows of one worker closer than this were published as one batch
 from workbench.errors import TestbedError, invalid
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNOREC
 _MIN, _MAX = 10 ** 5, 100 * 10 ** 9  # 100 kbit .. 100 gbit
 _EXPECTED = 'a rate such as "100mbit" or "1gbit" (units bit, kbit, mbit, gbit; 100kbit to 100gbit), or None for an unshaped link'
 SAMPLE_EVERY = 0.1  # seconds between counter samples while a run trains
-BATCH_GAP = 0.002  # rows of one worker closer than this in time were published as one batch
 WINDOW = 1.0  # seconds of traffic that bytes per step and utilisation average over
 # tbf's smallest bucket: twice a GSO packet (64 KiB of payload plus its headers). A packet
 # the bucket cannot hold never leaves: with 64 KiB, lowering 100 to 50 mbit under traffic

@@ -176,16 +176,19 @@ class Testbed:
 
     def kill_engines(self, host: str, sig: int = 9) -> list[int]:
         """Kill every ipyparallel engine running on ``host`` (a lost machine, for its
-        engines); returns their PIDs (as this machine numbers them)."""
+        engines), and the nanny process ipyparallel starts beside each; returns the
+        engines' PIDs (as this machine numbers them), not their nannies'."""
         from workbench.kernel import links
 
         self._host(host)
-        pids = sorted(p for p in _netns_pids(self._state["netns"][host]) if _is_engine(p))
-        for pid in pids:
+        found = {p: _is_engine(p) for p in _netns_pids(self._state["netns"][host])}
+        found = {p: kind for p, kind in found.items() if kind}
+        for pid in sorted(found):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
+        pids = sorted(p for p, kind in found.items() if kind == "engine")
         links.record_fault(self, "kill_engines", host, pids=pids)
         return pids
 
@@ -392,12 +395,17 @@ def _netns_pids(ns):
 
 
 def _is_engine(pid):
+    """What process ``pid`` is, from its command line: "engine", "nanny" (the process
+    ipyparallel starts beside each remote engine: ``python -m ipyparallel.engine.nanny``)
+    or None."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = f.read().replace(b"\0", b" ")
     except OSError:
-        return False
-    return b"ipyparallel.engine" in cmd or b"ipengine" in cmd or b"workbench.engine.start" in cmd
+        return None
+    if b"ipyparallel.engine.nanny" in cmd:
+        return "nanny"
+    return "engine" if b"ipyparallel.engine" in cmd or b"ipengine" in cmd or b"workbench.engine.start" in cmd else None
 
 
 def _require_tools():
