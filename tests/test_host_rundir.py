@@ -162,3 +162,25 @@ def test_run_files_move_whole_and_stay_inside_the_run_directory(tmp_path):
     with pytest.raises(ValueError, match=r"argument 'files'. Received: a path '../escape'"):
         rundir.write_files(str(dst), {"../escape": b"x"})
     assert not (tmp_path / "escape").exists()
+
+
+def test_engines_mpi_or_slurm_started_are_asked_whether_they_see_the_run_directory(tmp_path):
+    """``EnginePool.hosts_without`` asks every engine that no local launcher of this kernel
+    started (``remote.local_pids``): SSH engines (tested above on the bed), and also
+    mpiexec's ranks (only mpiexec itself is a local process) and a Slurm job's engines (no
+    local process at all). The launchers as ipyparallel builds them; no MPI or Slurm run."""
+    from ipyparallel.cluster.launcher import (LocalEngineLauncher, LocalEngineSetLauncher, MPIEngineSetLauncher,
+                                              SlurmEngineSetLauncher)
+
+    from workbench.kernel import remote
+
+    where = dict(work_dir=str(tmp_path), profile_dir=str(tmp_path / "profile"), cluster_id="t")
+    mpi = MPIEngineSetLauncher(**where)
+    mpi.pid = 4242  # mpiexec's, as the launcher records it once started
+    assert remote.local_pids(mpi) == {4242}, "only mpiexec: its ranks are asked"
+    assert remote.local_pids(SlurmEngineSetLauncher(**where)) == set(), "a Slurm job's engines are all asked"
+    assert remote.local_pids(MPIEngineSetLauncher(**where)) == set()  # never started: pid -1
+    local = LocalEngineSetLauncher(**where)  # against which: local engines are this machine's, never asked
+    local.launchers["0"] = child = LocalEngineLauncher(**where)
+    child.pid = 4343
+    assert remote.local_pids(local) == {4343}
