@@ -184,3 +184,29 @@ def test_engines_mpi_or_slurm_started_are_asked_whether_they_see_the_run_directo
     local.launchers["0"] = child = LocalEngineLauncher(**where)
     child.pid = 4343
     assert remote.local_pids(local) == {4343}
+
+
+def test_the_kernels_copy_takes_what_tasks_on_other_hosts_published(tmp_path):
+    """``kernel/unshared.py`` on its own, with what ipyparallel hands it (a task's
+    ``AsyncResult.data``): metrics appended, sent files written and then let go, the STOP
+    file forwarded once, a failing disk said once."""
+    from workbench.engine.metrics import FILES
+    from workbench.kernel.unshared import Mirror
+
+    mirror = Mirror(tmp_path / "run", ["worker:0"])
+    data = {"rows": [], FILES: {"step": 10, "files": {"checkpoints/ckpt-10.index": b"i",
+                                                      "checkpoints/checkpoint": b'model_checkpoint_path: "ckpt-10"\n'}}}
+    assert mirror.take("worker:0", data, [{"step": 10, "worker": "worker:0"}], []) is None
+    store = RunDir(tmp_path / "run")
+    assert store.checkpoint_step() == 10 and FILES not in data
+    assert [r["step"] for r in store.read_metrics({})["rows"]] == [10]
+    assert mirror.take("worker:1", {"rows": []}, [{"step": 1, "worker": "worker:1"}], []) is None  # a shared host's
+    assert not store.metrics_file("worker:1").exists()
+    assert mirror.stop_to_forward() is False
+    store.request_stop()
+    assert mirror.stop_to_forward() is True and mirror.stop_to_forward() is False
+    store.metrics_dir.rename(tmp_path / "moved")
+    store.metrics_dir.write_text("a file where the metrics folder was")
+    error = mirror.take("worker:0", {}, [{"step": 11, "worker": "worker:0"}], [])
+    assert error is not None and error.startswith("FileExistsError") and "metrics" in error
+    assert mirror.take("worker:0", {}, [{"step": 12, "worker": "worker:0"}], []) is None

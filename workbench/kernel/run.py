@@ -465,7 +465,9 @@ class Run:
         data = ar.data
         rows, events = self._merge(data, name)
         if self._mirror is not None:
-            self._mirror.take(name, data, rows, events)
+            error = self._mirror.take(name, data, rows, events)
+            if error is not None:  # a full disk here does not end the run: said once
+                self.note("run_files_not_copied", error=error, step=self.step)
 
     def _watch(self):
         last_progress, last_step = time.monotonic(), -1

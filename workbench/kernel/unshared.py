@@ -33,23 +33,31 @@ class Mirror:
     def __init__(self, run_dir: str | Path, names: Iterable[str]) -> None:
         self.store = RunDir(run_dir)
         self.names = set(names)
-        self.checkpoint: int | None = None  # the step of the last checkpoint written here
         self._stop_forwarded = False
+        self._failed = False  # writing here failed once (said once)
 
-    def take(self, name: str, data: Any, rows: list, events: list) -> None:
+    def take(self, name: str, data: Any, rows: list, events: list) -> str | None:
         """What task ``name`` published (``data``: its ``AsyncResult.data``), with the
         ``rows`` and ``events`` in it that are new: appended to its metrics file, and files
-        it sent written here."""
+        it sent written here. Returns the error the first time writing here fails (a full
+        disk), else None."""
         if name not in self.names:
-            return
-        self.store.append_metrics(name, rows, events)
+            return None
         sent = data.get(FILES) if data else None
-        if sent:
-            rundir.write_files(str(self.store.path), sent["files"])
-            self.store.prune_checkpoints()
-            self.checkpoint = sent["step"]
-            if data.get(FILES) is sent:  # written: the kernel need not hold their bytes
+        try:
+            self.store.append_metrics(name, rows, events)
+            if sent:
+                rundir.write_files(str(self.store.path), sent["files"])
+                self.store.prune_checkpoints()
+        except OSError as e:
+            if self._failed:
+                return None
+            self._failed = True
+            return f"{type(e).__name__}: {e}"
+        finally:  # written (or not: the next checkpoint comes whole): the kernel need not hold them
+            if sent is not None and data.get(FILES) is sent:
                 data.pop(FILES, None)
+        return None
 
     def stop_to_forward(self) -> bool:
         """True once, when a STOP file appeared here (the CLI, the panel, a dashboard)."""
