@@ -2,16 +2,23 @@
 home (a tmpfs in the host's mount namespace) do not see the run directory. The kernel
 finds that at launch, warns naming the hosts, and carries the run through ipyparallel:
 ``run.stop()`` reaches the tasks, the chief's checkpoints and the metrics files come back
-into the kernel's run directory at the end, and ``resume()`` hands the checkpoint back."""
+into the kernel's run directory at the end, and ``resume()`` hands the checkpoint back.
+While the run trains, the kernel keeps its copy current (``kernel/unshared.py``): the
+tasks' metrics (what the panel and other processes read), each checkpoint of the chief as
+it is saved, and a STOP file from the CLI or the panel forwarded to the hosts."""
 
 import os
+import subprocess
+import sys
+import time
+import warnings
 
 import pytest
 
 import workbench as wb
 from checks import bed_cluster, wait_for
 from workbench.engine import rundir
-from workbench.store import Home, RunDir
+from workbench.store import Home, RunDir, Records, history
 
 pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
 
@@ -74,6 +81,69 @@ def test_stop_checkpoints_and_resume_work_on_hosts_without_the_run_directory(clu
     assert RunDir(resumed.run_dir).checkpoint_step() == target  # the resumed run's last one came back too
 
 
+def train(cluster, steps, every):
+    with warnings.catch_warnings():  # the warning about these hosts: tested above
+        warnings.filterwarnings("ignore", message=".*do not see this kernel's run directory")
+        return cluster.train(wb.models.mlp((16,)), wb.datasets.digits(), strategy="multi_worker_mirrored",
+                             workers=2, global_batch_size=32, steps=steps, checkpoint_every=every, seed=0)
+
+
+def test_the_cli_stops_a_run_on_hosts_without_the_run_directory_whose_files_arrive_while_it_trains(cluster):
+    run = train(cluster, 100_000, 50)
+    store = RunDir(run.run_dir)
+    # while it trains: each checkpoint, TensorBoard's logs and both tasks' metrics are here
+    wait_for(lambda: (store.checkpoint_step() or 0) >= 100 or run.done, 120,
+             lambda: (store.checkpoint_step(), run.step, run.status))
+    assert not run.done, run.error
+    assert list(store.tensorboard_dir.glob("events.out.tfevents.*")), "TensorBoard logs not sent"
+    assert len(list(store.checkpoints_dir.glob("ckpt-*.index"))) <= 3, "the manager keeps 3; so does the copy"
+    rows = store.read_metrics({})["rows"]
+    assert {r["worker"] for r in rows} == {"worker:0", "worker:1"}
+    assert {"checkpoint", "placement"} <= {e["kind"] for e in store.read_metrics({})["events"]}
+    seen = next(r for r in Records().state()["runs"] if r["run_id"] == run.id)  # what the panel shows
+    assert seen["status"] == "running" and seen["step"] >= 100 and seen["tensorboard"], seen
+    # the CLI, another process: its STOP file is on this machine only; the kernel forwards it
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "workbench", "stop", run.id], capture_output=True, text=True,
+                         timeout=120)
+    took = time.monotonic() - t0
+    print(f"python -m workbench stop: the run ended {took:.1f} s after the command started")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "status         stopped" in out.stdout, out.stdout
+    assert run.join(10) and run.stopped and run.error is None and run.final_step < 100_000
+    assert took < 30
+    assert store.checkpoint_step() == run.final_step  # its final checkpoint, here
+    assert f"checkpoint     step {run.final_step}" in out.stdout
+    again = subprocess.run([sys.executable, "-m", "workbench", "stop", run.id], capture_output=True, text=True,
+                           timeout=60)
+    assert again.returncode == 2 and f"Expected a running run. Run {run.id} is stopped." in again.stderr
+
+
+def test_a_lost_chief_host_loses_only_the_steps_since_its_last_checkpoint(cluster, bed):
+    run = train(cluster, 100_000, 50)
+    store = RunDir(run.run_dir)
+    chief = next(t for t in run.tasks if t.name == "worker:0")
+    wait_for(lambda: (store.checkpoint_step() or 0) >= 100 or run.done, 120,
+             lambda: (store.checkpoint_step(), run.step, run.status))
+    bed.kill_engines(chief.host)
+    with pytest.raises(wb.EngineError, match=r"^worker:0 \(engine "):
+        run.wait(timeout=60)
+    wiped = bed.ssh(chief.host, f"rm -rf {run.run_dir} && test ! -e {run.run_dir}")  # its disk is gone too
+    assert wiped.returncode == 0, wiped.stderr
+    saved = store.checkpoint_step()  # the copy here: the last checkpoint the chief announced
+    assert saved == max(run.checkpoint_steps()) and saved >= 100
+    target = saved + 40
+    resumed = run.resume(steps=target).wait(timeout=120)
+    assert resumed.final_step == target
+    h = resumed.history
+    for w in ("worker:0", "worker:1"):
+        assert list(h[h.worker == w].step) == list(range(saved + 1, target + 1))
+    # the lost task's metrics before the checkpoint were kept here: the run's whole history
+    whole = history(run.run_dir)
+    for w in ("worker:0", "worker:1"):
+        assert list(whole[whole.worker == w].step) == list(range(1, target + 1))
+
+
 def test_run_files_move_whole_and_stay_inside_the_run_directory(tmp_path):
     src, dst = tmp_path / "host", tmp_path / "kernel"
     (src / "checkpoints").mkdir(parents=True)
@@ -85,7 +155,56 @@ def test_run_files_move_whole_and_stay_inside_the_run_directory(tmp_path):
     assert sorted(files) == ["checkpoints/checkpoint", "checkpoints/ckpt-5.index", "metrics/worker:0.jsonl"]
     assert rundir.write_files(str(dst), files) == 3
     assert RunDir(dst).checkpoint_step() == 5
+    assert RunDir(src).checkpoint_parts(5) == ["checkpoints/ckpt-5.index", "tensorboard", "checkpoints/checkpoint"]
     assert (dst / "checkpoints" / "ckpt-5.index").read_bytes() == b"\x00index"
     with pytest.raises(ValueError, match=r"argument 'files'. Received: a path '../escape'"):
         rundir.write_files(str(dst), {"../escape": b"x"})
     assert not (tmp_path / "escape").exists()
+
+
+def test_engines_mpi_or_slurm_started_are_asked_whether_they_see_the_run_directory(tmp_path):
+    """``EnginePool.hosts_without`` asks every engine that no local launcher of this kernel
+    started (``remote.local_pids``): SSH engines (tested above on the bed), and also
+    mpiexec's ranks (only mpiexec itself is a local process) and a Slurm job's engines (no
+    local process at all). The launchers as ipyparallel builds them; no MPI or Slurm run."""
+    from ipyparallel.cluster.launcher import (LocalEngineLauncher, LocalEngineSetLauncher, MPIEngineSetLauncher,
+                                              SlurmEngineSetLauncher)
+
+    from workbench.kernel import remote
+
+    where = dict(work_dir=str(tmp_path), profile_dir=str(tmp_path / "profile"), cluster_id="t")
+    mpi = MPIEngineSetLauncher(**where)
+    mpi.pid = 4242  # mpiexec's, as the launcher records it once started
+    assert remote.local_pids(mpi) == {4242}, "only mpiexec: its ranks are asked"
+    assert remote.local_pids(SlurmEngineSetLauncher(**where)) == set(), "a Slurm job's engines are all asked"
+    assert remote.local_pids(MPIEngineSetLauncher(**where)) == set()  # never started: pid -1
+    local = LocalEngineSetLauncher(**where)  # against which: local engines are this machine's, never asked
+    local.launchers["0"] = child = LocalEngineLauncher(**where)
+    child.pid = 4343
+    assert remote.local_pids(local) == {4343}
+
+
+def test_the_kernels_copy_takes_what_tasks_on_other_hosts_published(tmp_path):
+    """``kernel/unshared.py`` on its own, with what ipyparallel hands it (a task's
+    ``AsyncResult.data``): metrics appended, sent files written and then let go, the STOP
+    file forwarded once, a failing disk said once."""
+    from workbench.engine.metrics import FILES
+    from workbench.kernel.unshared import Mirror
+
+    mirror = Mirror(tmp_path / "run", ["worker:0"])
+    data = {"rows": [], FILES: {"step": 10, "files": {"checkpoints/ckpt-10.index": b"i",
+                                                      "checkpoints/checkpoint": b'model_checkpoint_path: "ckpt-10"\n'}}}
+    assert mirror.take("worker:0", data, [{"step": 10, "worker": "worker:0"}], []) is None
+    store = RunDir(tmp_path / "run")
+    assert store.checkpoint_step() == 10 and FILES not in data
+    assert [r["step"] for r in store.read_metrics({})["rows"]] == [10]
+    assert mirror.take("worker:1", {"rows": []}, [{"step": 1, "worker": "worker:1"}], []) is None  # a shared host's
+    assert not store.metrics_file("worker:1").exists()
+    assert mirror.stop_to_forward() is False
+    store.request_stop()
+    assert mirror.stop_to_forward() is True and mirror.stop_to_forward() is False
+    store.metrics_dir.rename(tmp_path / "moved")
+    store.metrics_dir.write_text("a file where the metrics folder was")
+    error = mirror.take("worker:0", {}, [{"step": 11, "worker": "worker:0"}], [])
+    assert error is not None and error.startswith("FileExistsError") and "metrics" in error
+    assert mirror.take("worker:0", {}, [{"step": 12, "worker": "worker:0"}], []) is None

@@ -156,6 +156,31 @@ def test_checkpoint_step_metrics_tail_and_truncation(tmp_path):
     assert sorted(p.name for p in rd.metrics_dir.iterdir()) == ["worker:0.jsonl"]
 
 
+def test_a_kernels_copy_of_a_remote_run_directory_follows_its_manager_and_reads_back(tmp_path):
+    """``kernel/unshared.py`` writes here what tasks on other hosts sent: checkpoints (the
+    ones the manager dropped there are dropped here) and metrics lines, read back like an
+    engine's own."""
+    rd = store.RunDir(tmp_path / "run")
+    rd.checkpoints_dir.mkdir(parents=True)
+    for step in (20, 40, 60, 80):
+        for suffix in ("index", "data-00000-of-00001"):
+            (rd.checkpoints_dir / f"ckpt-{step}.{suffix}").write_bytes(b"x")
+    (rd.checkpoints_dir / "checkpoint").write_text('model_checkpoint_path: "ckpt-80"\n'
+                                                   + "".join(f'all_model_checkpoint_paths: "ckpt-{s}"\n'
+                                                             for s in (40, 60, 80)))
+    assert rd.checkpoint_parts(80) == ["checkpoints/ckpt-80.data-00000-of-00001", "checkpoints/ckpt-80.index",
+                                       "tensorboard", "checkpoints/checkpoint"]  # the state file last
+    assert rd.prune_checkpoints() == ["ckpt-20.data-00000-of-00001", "ckpt-20.index"]
+    assert sorted(p.name for p in rd.checkpoints_dir.glob("ckpt-*.index")) == [f"ckpt-{s}.index" for s in (40, 60, 80)]
+    assert rd.prune_checkpoints() == [] and rd.checkpoint_step() == 80
+    rd.append_metrics("worker:1", [{"step": 1, "worker": "worker:1"}, {"step": 2, "worker": "worker:1"}],
+                      [{"kind": "checkpoint", "step": 2, "time": 1.0}])
+    rd.append_metrics("worker:1", [], [])
+    rd.append_metrics("worker:1", [{"step": 3, "worker": "worker:1"}], [])
+    read = rd.read_metrics({})
+    assert [r["step"] for r in read["rows"]] == [1, 2, 3] and [e["step"] for e in read["events"]] == [2]
+
+
 def test_cluster_records_and_pid_files_live_under_the_home(tmp_path):
     home = store.Home(tmp_path)
     assert home.cluster_records() == [] and store.Records(tmp_path).clusters() == []

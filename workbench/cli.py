@@ -1,7 +1,8 @@
 """``python -m workbench train ...``: the notebook's training runs, headless, with a progress bar.
 
 ``runs`` lists the recorded runs, ``show RUN`` prints one (a unique prefix of its id is
-enough), ``resume RUN --steps N`` continues one from its last checkpoint on a local cluster."""
+enough), ``stop RUN`` asks a running one to stop (keeping a checkpoint), ``resume RUN
+--steps N`` continues one from its last checkpoint on a local cluster."""
 
 import argparse
 import re
@@ -36,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("runs", help="list the runs recorded under the workbench home, newest first")
     s = sub.add_parser("show", help="one recorded run: status, steps, loss, evaluation, events, checkpoint")
     s.add_argument("run", help="a run id, or a unique prefix of one")
+    st = sub.add_parser("stop", help="ask a running run to stop at its next agreed step, keeping a checkpoint, "
+                        "and wait for its end")
+    st.add_argument("run", help="a run id, or a unique prefix of one")
+    st.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for its end (default: 60)")
     r = sub.add_parser("resume", help="continue a recorded run from its last checkpoint on a local cluster")
     r.add_argument("run", help="a run id, or a unique prefix of one")
     r.add_argument("--steps", type=int, default=None, help="total steps to reach (default: the run's own)")
@@ -122,6 +127,25 @@ def describe(run: "Run") -> str:
         lines.append("  events         " + ", ".join(f"{k} x{v}" for k, v in counts.items()))
     lines.append(f"  run directory  {run.run_dir}")
     return "\n".join(lines)
+
+
+def stop(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
+    """The run's STOP file, as the panel writes it; the kernel watching the run sees it
+    (and forwards it through ipyparallel to engines on hosts that do not see the file).
+    Waits for that kernel to record the run's end."""
+    import workbench as wb
+    from workbench.errors import RunStopped, invalid
+
+    timeout = validate.positive_float("timeout", args.timeout)
+    run = wb.load(args.run)
+    if run.status != "running":
+        raise invalid("run", args.run, "a running run", f"Run {run.id} is {run.status}.")
+    run.stop(timeout=timeout)
+    if run.status == "running":
+        raise RunStopped(f"Run {run.id} asked to stop, but still running {timeout:g} s later: the kernel watching "
+                         f"it has not recorded its end (step {run.step}/{run.job.steps}).")
+    print(describe(run), file=out)
+    return run
 
 
 def resume(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
@@ -214,7 +238,7 @@ def summary(run: "Run") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    command = {"train": train, "runs": lambda a: list_runs(), "show": show, "resume": resume}[args.command]
+    command = {"train": train, "runs": lambda a: list_runs(), "show": show, "stop": stop, "resume": resume}[args.command]
     try:
         command(args)
     except WorkbenchError as e:

@@ -32,6 +32,11 @@ class Board:
                 if value is not None:
                     tf.summary.scalar(name, value, step=step)
 
+    def flush(self) -> None:
+        """Write what is buffered to the event files (before they are read and sent)."""
+        if self._writer is not None:
+            self._writer.flush()
+
     def close(self) -> None:
         if self._writer is not None:
             self._writer.flush()

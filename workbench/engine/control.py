@@ -5,7 +5,8 @@ The kernel aborts the task's own message (``client.abort(jobs=...)``, public API
 ipyparallel's engine handles that on its control thread while the task runs, by adding the
 message id to its kernel's ``aborted`` set (which it otherwise uses only to skip queued
 tasks). A task that knows its message id reads it there as "stop". The run directory's
-STOP file stays the other way in: the CLI and the panel have no ipyparallel client."""
+STOP file stays the other way in: the CLI and the panel have no ipyparallel client; the
+kernel watching the run forwards it here for hosts that do not see it (kernel/unshared.py)."""
 
 from __future__ import annotations
 

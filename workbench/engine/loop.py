@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from workbench.engine import build, control, placement
+from workbench.engine import build, control, placement, rundir
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
 from workbench.store import RunDir
@@ -323,12 +323,23 @@ def until_next(done: int, *intervals: int) -> int:
     return min([i - done % i for i in intervals if i] or [1 << 30])
 
 
+def save(t: Training, done: int, **info: Any) -> None:
+    """The checkpoint of step ``done``, and its event. A chief on a host that does not see
+    the kernel's run directory sends the checkpoint's files and the TensorBoard logs to the
+    kernel first (``Publisher.send_files``): a host lost later loses only the steps since."""
+    t.manager.save(checkpoint_number=done)
+    if t.ctx.is_chief and t.ctx.task.host in t.job.unshared_hosts:
+        t.board.flush()
+        run_dir = RunDir(t.job.run_dir)
+        t.pub.send_files(done, rundir.read_files(str(run_dir.path), run_dir.checkpoint_parts(done)))
+    t.pub.event("checkpoint", step=done, **info)
+
+
 def finish(t: Training, done: int, stopped: bool, **checkpoint_info: Any) -> TaskResult:
     """The last checkpoint, the final evaluation (chief), the weights; the task's result."""
     import numpy as np
 
-    t.manager.save(checkpoint_number=done)
-    t.pub.event("checkpoint", step=done, **checkpoint_info)
+    save(t, done, **checkpoint_info)
 
     evaluation = evaluate(t, done) if t.ctx.is_chief else None
     t.board.close()

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 from workbench.store import RunDir
 
 WINDOW_FLUSHES = 50
+FILES = "files"  # the published key of run-directory files sent to the kernel (``send_files``)
 
 
 class Publisher:
@@ -74,6 +75,13 @@ class Publisher:
             start = max(self._marks[0] if len(self._marks) == WINDOW_FLUSHES else 0, len(self.rows) - self.window)
             window: Published = {"rows": self.rows[start:], "events": self.events[-64:], "n": len(self.rows)}
             self._publish(window)
+
+    def send_files(self, step: int, files: dict[str, bytes]) -> None:
+        """Send ``files`` ({path relative to the run directory: bytes}, written at ``step``)
+        to the kernel through ipyparallel, under their own key: the kernel writes them into
+        its run directory (``kernel/unshared.py``). Each sending replaces the last."""
+        if self._publish is not None:
+            self._publish({FILES: {"step": step, "files": files}})
 
     def close(self) -> None:
         self.flush(force=True)

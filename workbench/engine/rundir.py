@@ -2,7 +2,8 @@
 for hosts that do not share the kernel's filesystem (``workbench.kernel.remote``): the
 kernel pushes what a task reads (the checkpoints a resume starts from, the task's metrics
 file as far as the resume keeps it) before the task starts, and pulls what it wrote
-(metrics files; the chief's checkpoints, TensorBoard logs and profiles) after it ended."""
+(metrics files; the chief's checkpoints, TensorBoard logs and profiles) after it ended.
+The chief also sends each checkpoint as it saves it (``loop.save``, ``kernel/unshared.py``)."""
 
 from __future__ import annotations
 

@@ -93,8 +93,7 @@ def _lockstep(t, run_chunk, agree, examples, loss_scale, replicas, every, profil
                       **{name: float(v[-1]) for (name, _, _), v in zip(metrics, values)})
         pub.flush()
         if job.checkpoint_every and done % job.checkpoint_every == 0 and done < job.steps:
-            t.manager.save(checkpoint_number=done)
-            pub.event("checkpoint", step=done)
+            loop.save(t, done)
         if job.eval_every and done % job.eval_every == 0 and done < job.steps and ctx.is_chief:
             loop.evaluate(t, done)
         if done % job.stop_check_every == 0 or done >= job.steps:

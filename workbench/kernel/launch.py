@@ -34,13 +34,15 @@ def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = Non
         saved = run_dir.checkpoint_step()
         if saved is not None:
             run_dir.truncate(saved)
+    started = _write_record(cluster, job, tasks)
+    # engines on hosts that do not share the kernel's files: warned about, and an event;
+    # the job tells their chief to send its checkpoints here (``kernel/unshared.py``)
+    unshared = cluster.pool.hosts_without(tasks, str(run_dir.path), started)
+    job = replace(job, unshared_hosts=tuple(unshared))
     # cloudpickle ships functions defined in a notebook (__main__) by value; the same bytes
     # in the run directory let any later kernel resume the run (``Cluster.resume``)
     payload = cloudpickle.dumps(job)
     run_dir.write_job(payload)
-    started = _write_record(cluster, job, tasks)
-    # engines on hosts that do not share the kernel's files: warned about, and an event
-    unshared = cluster.pool.hosts_without(tasks, str(run_dir.path), started)
     if unshared and resume:  # their engines restore the checkpoint from their own disk
         remote.push_run_files(cluster.client, [t for t in tasks if t.host in unshared], str(run_dir.path),
                               start_timeout)

@@ -375,12 +375,12 @@ def warn_unshared_run_dir(run_dir: str, hosts: list[str]) -> None:
     warnings.warn(
         f"Engines on {', '.join(hosts)} do not see this kernel's run directory {run_dir} (no shared filesystem "
         "there). The workbench carries the run through ipyparallel instead: history, events and weights as "
-        "always, run.stop() as a request to the running tasks, the files those tasks write (metrics, the "
-        "chief's checkpoints and TensorBoard logs) copied here when the run ends, and a checkpoint copied to "
-        "them for run.resume(). What does not work there: the STOP file (the CLI's and the panel's stop), "
-        "checkpoints of a run whose chief's host is lost before the run ends, live TensorBoard logs and "
-        "live metrics files for another kernel. Give every host the kernel's directory (WORKBENCH_HOME on a "
-        "shared filesystem, mounted at the same path on every host) for all of it.", UserWarning, stacklevel=4)
+        "always; while the run trains, those tasks' metrics and each checkpoint of the chief (with its "
+        "TensorBoard logs) written here; run.stop(), and the STOP file of the CLI or the panel while this "
+        "kernel watches the run, sent to the running tasks; a checkpoint copied to them for run.resume(). "
+        "What does not work there: the STOP file once this kernel is gone, profiles and TensorBoard logs "
+        "newer than the last checkpoint before the run ends. Give every host the kernel's directory "
+        "(WORKBENCH_HOME on a shared filesystem, mounted at the same path on every host) for all of it.", UserWarning, stacklevel=4)
 
 
 def _retarget_all(tasks: list[roles.Task], mapping: dict[int, int],

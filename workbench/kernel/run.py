@@ -1,9 +1,11 @@
 """``Run``: the kernel's handle on one training run that executes on engines.
 
 A watcher thread merges the engines' published metrics into ``history`` while the run
-trains, notices failures and stalls, and stops hung peers. It never sends on the
-ipyparallel client (not thread-safe); engine replacement happens on the next call that
-needs the cluster, in the caller's thread.
+trains, notices failures and stalls, and stops hung peers. It sends nothing on the
+ipyparallel client but stop requests (``client.abort``, which hands its message to the
+client's IO thread); engine replacement happens on the next call that needs the cluster,
+in the caller's thread. For tasks on hosts without the run directory it keeps the
+kernel's copy of what they write there current (``kernel/unshared.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from workbench.common import strategies
 from workbench.common.protocols import Event, EventKind, Metrics, Published, ServerResult, StepRow, TaskResult
 from workbench.errors import EngineError, RunStalled, RunStopped
 from workbench.kernel.dashboard import Dashboard
+from workbench.kernel import unshared as unshared_dir
 from workbench.kernel.recovery import EngineWatch
 from workbench.store import ResultRecord, RunDir
 
@@ -73,6 +76,8 @@ class Run:
         # hosts whose engines do not see the run directory: what they write there is
         # copied here when the run ends (``remote.pull_run_files``)
         self.unshared_hosts = sorted(unshared)
+        self._mirror = unshared_dir.Mirror(self.run_dir, [t.name for t in tasks if t.host in self.unshared_hosts]) \
+            if self.unshared_hosts else None
         spec = strategies.spec(job.strategy)
         self._chief = next((t.name for t in tasks if (t.role == spec.chief_role if spec.chief_role else t.index == 0)),
                            None)
@@ -426,9 +431,11 @@ class Run:
             log = self._stream()["log"]
             return log[cursor:], len(log)
 
-    def _merge(self, data: Published | Metrics | None, source: str | None = None) -> None:
+    def _merge(self, data: Published | Metrics | None, source: str | None = None) -> tuple[list, list]:
+        """Merge published rows and events; returns those that are new (rows by the
+        source's count, events by kind, step and time)."""
         if not data:
-            return
+            return [], []
         data = dict(data)  # one consistent publish: ipyparallel updates this dict in place
         with self._lock:
             stream = self._stream()
@@ -442,6 +449,7 @@ class Run:
                     rows = rows[max(0, len(rows) - (n - seen)):] if n > seen else ()
                 stream["published"][source] = n  # fewer: a replacement engine started afresh
             log, workers = stream["log"], stream["workers"]
+            fresh = []
             for row in rows:
                 key = (row["worker"], row["step"])
                 old = self._rows.get(key)
@@ -461,13 +469,25 @@ class Run:
                 if key not in self._seen_events:
                     self._seen_events.add(key)
                     self._events.append(ev)
+                    fresh.append(ev)
+        return list(rows), fresh
+
+    def _take(self, name: str, ar: Any) -> None:
+        """What task ``name`` has published so far: merged, and mirrored into the run
+        directory when its host does not see it."""
+        data = ar.data
+        rows, events = self._merge(data, name)
+        if self._mirror is not None:
+            error = self._mirror.take(name, data, rows, events)
+            if error is not None:  # a full disk here does not end the run: said once
+                self.note("run_files_not_copied", error=error, step=self.step)
 
     def _watch(self):
         last_progress, last_step = time.monotonic(), -1
         try:
             while True:
                 for name, ar in self._results.items():
-                    self._merge(ar.data, name)
+                    self._take(name, ar)
                     if ar.ready() and name not in self._outcome:
                         self._collect(name, ar)
                 if self._error is not None or len(self._outcome) == len(self._results):
@@ -478,6 +498,8 @@ class Run:
                     break
                 if self._tail is not None:
                     self._merge(self._tail())
+                if self._mirror is not None and self._mirror.stop_to_forward():
+                    self._request_stop()  # asked by the STOP file, which those hosts do not see
                 step = self.step
                 if step != last_step:
                     last_progress, last_step = time.monotonic(), step
@@ -568,6 +590,9 @@ class Run:
         return task.engine_id if task else None
 
     def _collect(self, name: str, ar: Any) -> None:
+        if self._mirror is not None and name in self._mirror.names and ar.successful():
+            ar.wait_for_output(5)  # its last publishes (the final checkpoint) may come after its result
+            self._take(name, ar)
         try:
             result = ar.get()
         except Exception as e:

@@ -294,8 +294,10 @@ class Testbed:
                 ]) + "\n")
             ns = self._state["netns"][name]
             # a private directory: an empty tmpfs over it in the host's own mount namespace
-            # (unshare --mount: private propagation, so nothing reaches this machine's view)
-            mounts = "".join(f"mount -t tmpfs -o size=256m,mode=0755 wb-{name} {shlex.quote(p)} && "
+            # (unshare --mount: private propagation, so nothing reaches this machine's view);
+            # memory is used only as files are written there: 2 GB holds the 3 checkpoints a
+            # run keeps of a 200 MB model (256 MB did not hold 2: "No space left on device")
+            mounts = "".join(f"mount -t tmpfs -o size=2g,mode=0755 wb-{name} {shlex.quote(p)} && "
                              for p in self.private)
             # ip netns exec, unshare and sh all exec: the Popen's PID is sshd's
             proc = subprocess.Popen(

@@ -263,6 +263,46 @@ class RunDir:
             parts += [d.name for d in (self.checkpoints_dir, self.tensorboard_dir, self.profiles_dir)]
         return parts
 
+    def checkpoint_parts(self, step: int) -> list[str]:
+        """What the chief sends to a kernel that does not see this directory when it saves
+        the checkpoint of ``step`` (relative paths): that checkpoint's files, the TensorBoard
+        logs, and TensorFlow's ``checkpoint`` state file last (written last, it never names a
+        checkpoint whose files are not there yet)."""
+        ckpts = self.checkpoints_dir
+        parts = [str(f.relative_to(self.path)) for f in sorted(ckpts.glob(f"ckpt-{step}.*")) if f.is_file()]
+        return parts + [self.tensorboard_dir.name, str((ckpts / "checkpoint").relative_to(self.path))]
+
+    def prune_checkpoints(self) -> list[str]:
+        """Delete the checkpoints the ``checkpoint`` state file no longer lists (TensorFlow's
+        manager keeps the last few where it saves; a copy of them kept elsewhere follows it).
+        Returns the names deleted."""
+        try:
+            text = (self.checkpoints_dir / "checkpoint").read_text()
+        except OSError:
+            return []
+        kept = {int(m) for m in re.findall(r'^all_model_checkpoint_paths:\s*"[^"]*ckpt-(\d+)"', text, re.M)}
+        kept |= {s for s in [self.checkpoint_step()] if s is not None}
+        deleted = []
+        for f in self.checkpoints_dir.glob("ckpt-*"):
+            m = re.match(r"ckpt-(\d+)\.", f.name)
+            if m and int(m.group(1)) not in kept:
+                f.unlink(missing_ok=True)
+                deleted.append(f.name)
+        return sorted(deleted)
+
+    def append_metrics(self, task: str, rows: list[Any], events: list[Any]) -> None:
+        """Append ``rows`` and ``events`` to task ``task``'s metrics file, in the lines its
+        engine writes (``engine/metrics.Publisher``): what a kernel received through
+        ipyparallel from a task whose host does not see this directory."""
+        import json
+
+        if not rows and not events:
+            return
+        path = self.metrics_file(task)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write("".join([json.dumps(r) + "\n" for r in rows] + [json.dumps({"event": e}) + "\n" for e in events]))
+
     def read_by(self, task: str) -> list[str]:
         """What task ``task`` reads here when it starts (relative paths): the checkpoints a
         resume restores, and its metrics file, which it appends to."""

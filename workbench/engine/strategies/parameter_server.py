@@ -162,8 +162,7 @@ def _train(job, ctx, strategy, coordinator):
             while inflight:
                 collect_one()
             if job.checkpoint_every and done % job.checkpoint_every == 0:
-                t.manager.save(checkpoint_number=done)
-                pub.event("checkpoint", step=done)
+                loop.save(t, done)
             if job.eval_every and done % job.eval_every == 0:
                 loop.evaluate(t, done)
         stopped = loop.stop_requested(job)

@@ -1,0 +1,67 @@
+"""The kernel's run directory for tasks on hosts that do not see it (no shared filesystem):
+what those tasks write there on their own host reaches the kernel's copy while the run
+trains, through ipyparallel, so that the panel, the CLI, other kernels and a resume find it
+here even if the host is lost before the end.
+
+- Metrics: the rows and events each task publishes (``publish_data``) are appended to its
+  metrics file here, as its engine writes them there.
+- Checkpoints: the chief sends each checkpoint's files and the TensorBoard logs when it
+  saves one (``engine/loop.save``); they are written here, the state file last, and the
+  checkpoints its manager no longer keeps are deleted.
+- Stop: the CLI and the panel ask by the STOP file here, which those hosts do not see;
+  the run's watcher forwards it through ipyparallel (``Run._request_stop``). With no live
+  kernel watching the run, nobody forwards it.
+
+At the end of the run the engines that are still there send their whole files
+(``remote.pull_run_files``), which replace these copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from workbench.engine import rundir
+from workbench.engine.metrics import FILES
+from workbench.store import RunDir
+
+
+class Mirror:
+    """The kernel's copy of what the tasks ``names`` (on hosts without ``run_dir``) write."""
+
+    def __init__(self, run_dir: str | Path, names: Iterable[str]) -> None:
+        self.store = RunDir(run_dir)
+        self.names = set(names)
+        self._stop_forwarded = False
+        self._failed = False  # writing here failed once (said once)
+
+    def take(self, name: str, data: Any, rows: list, events: list) -> str | None:
+        """What task ``name`` published (``data``: its ``AsyncResult.data``), with the
+        ``rows`` and ``events`` in it that are new: appended to its metrics file, and files
+        it sent written here. Returns the error the first time writing here fails (a full
+        disk), else None."""
+        if name not in self.names:
+            return None
+        sent = data.get(FILES) if data else None
+        try:
+            self.store.append_metrics(name, rows, events)
+            if sent:
+                rundir.write_files(str(self.store.path), sent["files"])
+                self.store.prune_checkpoints()
+        except OSError as e:
+            if self._failed:
+                return None
+            self._failed = True
+            return f"{type(e).__name__}: {e}"
+        finally:  # written (or not: the next checkpoint comes whole): the kernel need not hold them
+            if sent is not None and data.get(FILES) is sent:
+                data.pop(FILES, None)
+        return None
+
+    def stop_to_forward(self) -> bool:
+        """True once, when a STOP file appeared here (the CLI, the panel, a dashboard)."""
+        if self._stop_forwarded or not self.store.stop_requested():
+            return False
+        self._stop_forwarded = True
+        return True
