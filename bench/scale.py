@@ -135,8 +135,9 @@ def plot(rows, fits):
 
 def cold_start(pairs, engines=4):
     """Zygote start against each engine importing TensorFlow, alternated in this run:
-    ``Cluster(engines=4)`` to the first step of a PSS run (1 PS + 2 workers, which uses 4
-    engines), then a different topology (MWMS over 4: every engine recycled) to its first step."""
+    ``Cluster(engines=4)`` to the first step of a PSS run (1 PS + 2 workers + its chief),
+    then a different topology (MWMS over all engines: every engine recycled) to its first
+    step. ``--quick``: 3 engines (PSS with one worker), one pair."""
     model, data = wb.models.mlp((16,)), wb.datasets.digits()
     rows = []
     for i in range(pairs):
@@ -146,13 +147,13 @@ def cold_start(pairs, engines=4):
             cluster = wb.Cluster(engines=engines).start()
             try:
                 row = {"zygote": zygote, "forked": cluster.started_by_zygote, "ready_s": time.time() - t0}
-                run = cluster.train(model, data, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
+                run = cluster.train(model, data, strategy="parameter_server", workers=engines - 2, ps=1, global_batch_size=64,
                                     steps=20, checkpoint_every=0, dashboard=False)
                 row["first_pss_step_s"] = first_step(run, t0)
                 run.wait(timeout=300)
                 t1 = time.time()
                 run = cluster.train(model, data, strategy="multi_worker_mirrored", workers=engines,
-                                    global_batch_size=64, steps=20, checkpoint_every=0, dashboard=False)
+                                    global_batch_size=16 * engines, steps=20, checkpoint_every=0, dashboard=False)
                 row["recycle_first_step_s"] = first_step(run, t1)
                 run.wait(timeout=300)
             finally:
@@ -184,7 +185,7 @@ def main(argv=None):
         r = one(n, steps)
         print(json.dumps(r), flush=True)
         rows.append(r)
-    start = cold_start(1 if args.quick else 3) if args.cold_start else None
+    start = (cold_start(1, engines=3) if args.quick else cold_start(3)) if args.cold_start else None
     report(rows, steps, args.quick, start)
 
 
