@@ -92,18 +92,14 @@ two = cluster.train(workers=2, ps=1, **dict(args, dashboard=True))
 two.wait()
 """, volatile=True),
         md("""
-Measured here, two workers against one. These numbers change from run to run; in the runs
-behind this text two workers did x0.8-1.25 the steps per second of one, not twice as
-many: on 2 cores the workers, the PS task and the coordinator share the same
+Measured here, two workers against one (steps/s as the dashboard and `wb.compare` count
+them). These numbers change from run to run; in the runs behind this text two workers did
+x0.8-1.25 the steps per second of one, not twice as many: on 2 cores the workers, the PS task and the coordinator share the same
 cores, and TensorFlow mostly ran one scheduled call's PS work at a time (below).
 """),
         code("""
-rates = {}
-for name, run in [("1 worker", one), ("2 workers", two)]:
-    h = run.history
-    steps_per_s = len(h) / (h.elapsed.max() - h.elapsed.min())
-    rates[name] = {"steps/s": round(steps_per_s), "PS MB/s": round(steps_per_s * per_step / 1e6, 1)}
-pd.DataFrame(rates).T
+rates = wb.compare(one, two, labels=["1 worker", "2 workers"]).table[["steps/s"]]  # the dashboard's figure
+rates.assign(**{"PS MB/s": rates["steps/s"] * per_step / 1e6}).round(1)
 """, volatile=True),
         md("""
 ## Staleness
@@ -139,8 +135,8 @@ print(f"two workers, stale steps at least 0.5% of 900: {stale >= 5} (measured {s
         md("""
 Stale gradients are why asynchronous training converges less per step than synchronous
 training with the same examples: each update was computed for a model that no longer
-exists. Here both runs still reach the same accuracy band: a few percent of steps one or
-two versions old cost a small MLP nothing measurable. With many workers, slow networks,
+exists. Here both runs still reach the same accuracy band: a few percent of steps, nearly
+all one version old, cost a small MLP nothing measurable. With many workers, slow networks,
 stragglers, or a PS runtime that serves calls concurrently, it grows, and learning rates
 must shrink; that is the price paid for never waiting on the slowest worker (see
 `05_sync_vs_async`).
