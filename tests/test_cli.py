@@ -29,6 +29,12 @@ def test_cli_trains_headless_and_prints_a_summary(tmp_path):
     summary = out.stdout.split("steps          40/40")[1]
     for figure in ("steps/s", "examples/s", "wall time"):
         assert f"  {figure}" in summary, summary
+    # the bar ends on the summary's steps/s, not on tqdm's own count of its updates
+    bar_rate = re.findall(r"40/40 \[[^\]]*?([\d,.]+) steps/s \(whole run\)", out.stdout)
+    summary_rate = re.search(r"  steps/s +([\d,.]+) ", summary)
+    assert bar_rate and summary_rate, out.stdout[-2000:]
+    assert bar_rate[-1] == summary_rate.group(1), (bar_rate, summary_rate.group(1))
+    assert "step/s" not in out.stdout, out.stdout[-2000:]  # tqdm's own rate is not shown
 
 
 def test_cli_refuses_bad_arguments_before_starting_a_cluster(tmp_path):

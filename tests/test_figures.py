@@ -65,3 +65,14 @@ def test_the_final_loss_is_the_mean_of_the_last_steps_losses_whatever_the_worker
     losses = steps + np.tile([0.0, 1.0], 20)
     assert figures.final_loss(steps, losses) == pytest.approx(16.0)
     assert figures.final_loss(steps[::2], losses[::2]) == pytest.approx(15.5)  # one worker
+
+
+def test_the_live_steps_per_second_count_only_the_steps_that_ended_in_the_window():
+    # 10 steps/s for 10 s, then 2 steps/s for the last 5 s; two workers report every step
+    times = np.r_[np.arange(1, 101) * 0.1, 10 + np.arange(1, 11) * 0.5]
+    steps = np.arange(1, 111)
+    rows_steps, rows_times = np.r_[steps, steps], np.r_[times, times - 0.01]
+    assert figures.recent_steps_per_s(rows_steps, rows_times, window=5.0) == pytest.approx(2.0)
+    assert figures.recent_steps_per_s(rows_steps, rows_times, window=60.0) == pytest.approx(109 / 14.9)
+    assert np.isnan(figures.recent_steps_per_s([], []))
+    assert np.isnan(figures.recent_steps_per_s([3, 3], [1.0, 1.5]))

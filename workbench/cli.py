@@ -190,8 +190,12 @@ def _started(wb, engines, out):
 
 def _follow(run, out, progress):
     """Progress while the run trains: a line when it starts, at its first step, then a bar of
-    steps (its rate is the run's global steps per second, as in the summary)."""
+    steps. The bar's rate is the workbench's steps/s (``common/figures.py``), not tqdm's
+    count of bar updates: while training, over the steps that ended in the last few seconds;
+    once the run ends, the whole run's figure, the one the summary prints."""
     from tqdm import tqdm
+
+    from workbench.common import figures
 
     _say(out, f"run {run.id} started ({run.job.strategy}, {run.job.steps} steps); waiting for the first step ...")
     t0 = time.monotonic()
@@ -199,15 +203,24 @@ def _follow(run, out, progress):
         time.sleep(0.05)
     if len(run.history):
         _say(out, f"first step after {time.monotonic() - t0:.1f} s")
+
+    def show(bar, h, rate, where):
+        bar.update(int(h.step.max()) - bar.n if len(h) else 0)
+        rate_text = "-" if rate != rate else f"{rate:,.1f}"  # NaN: too few steps yet
+        loss = f", loss {h.loss.iloc[-20:].mean():.4f}" if len(h) else ""
+        bar.set_postfix_str(f"{rate_text} steps/s ({where}){loss}")
+
     with tqdm(total=run.job.steps, unit="step", file=out, disable=not progress, dynamic_ncols=True,
+              bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {postfix}]",
               initial=int(run.history.step.max()) if len(run.history) else 0) as bar:
         while not run.done:
             h = run.history
-            if len(h):
-                bar.update(int(h.step.max()) - bar.n)
-                bar.set_postfix(loss=f"{h.loss.iloc[-20:].mean():.4f}")
+            show(bar, h, figures.recent_steps_per_s(h.step.values, h.time.values),
+                 f"last {figures.RECENT_S:.0f} s")
             time.sleep(0.2)
-        bar.update(max(run.step - bar.n, 0))
+        run.wait()  # every row is in: the bar ends on the summary's figure
+        h = run.history
+        show(bar, h, figures.history_figures(h, run.job.global_batch_size)["steps_per_s"], "whole run")
 
 
 def summary(run: "Run") -> str:

@@ -37,14 +37,17 @@ def engine_pid(run, role, index):
 Four engines: chief, `ps:0`, `worker:0`, `worker:1`. Once the run is under way, kill
 `worker:1`'s engine. TensorFlow's coordinator re-runs the lost worker's unfinished steps on
 `worker:0` and keeps trying the lost address; the workbench notices the dead engine, starts
-a fresh one **on the same port** and starts the same worker task on it, and the coordinator
-picks it up again. The dashboard below shows the lost engine and the loss curve going on.
+the same worker task **on the same port** on a spare engine it keeps ready for
+parameter-server runs (TensorFlow already imported there), and the coordinator picks it up
+again. The dashboard below shows the loss, the replacement in the tasks' states and the
+placement picture with the new engine.
 """),
         code("""
 run = cluster.train(strategy="parameter_server", workers=2, ps=1, steps=4000, checkpoint_every=1000, **args)
 while run.step < 300:  # wait until the run is under way
     time.sleep(0.05)
 os.kill(engine_pid(run, "worker", 1), signal.SIGKILL)
+killed = time.time()
 """, volatile=True),
         code("""
 run.wait()
@@ -56,14 +59,28 @@ print("what happened:", [k for k in run.events.kind if k.startswith("worker_")])
 run.events[run.events.kind.str.startswith("worker_")][["kind", "step", "task", "engine"]]  # when it happened
 """, volatile=True),
         md("""
-Steps per worker, in blocks of 500: `worker:1` stops, the run carries on with `worker:0`
-alone, then `worker:1` (on its new engine) takes its share again.
+Steps per worker, in blocks of 500: `worker:1` stops at the kill, `worker:0` carries the
+run alone until the replacement takes its first step, a few seconds later (in these blocks
+that shows only as `worker:1`'s smaller share of the first ones), and from then on the two
+share the steps again.
 """),
         code("""
 h = run.history
 h.assign(block=(h.step - 1) // 500 * 500 + 500).pivot_table(index="worker", columns="block", values="step",
                                                            aggfunc="count", fill_value=0)
 """, volatile=True),
+        md("""
+How long the run went on one worker, and whether the replacement took its share:
+"""),
+        code("""
+replaced = int(run.events[run.events.kind == "worker_replaced"].step.iloc[0])
+back = h[(h.worker == "worker:1") & (h.step > replaced)]
+after = h[h.step > replaced]
+delay = back.time.min() - killed
+print(f"the replacement's first step within 30 s of the kill: {delay < 30} (measured {delay:.1f} s)")
+print(f"worker:1 did at least a third of the steps after its replacement: {len(back) >= len(after) / 3} "
+      f"(measured {len(back) / len(after):.2f} of {len(after)} steps, from step {replaced})")
+"""),
         md("""
 ## A synchronous run loses a worker
 

@@ -114,6 +114,14 @@ def run_figures(steps: "np.typing.ArrayLike", times: "np.typing.ArrayLike", step
             "wall_time": float(ends[-1] - ends[0])}
 
 
+def recent_steps_per_s(steps: "np.typing.ArrayLike", times: "np.typing.ArrayLike", window: float = RECENT_S) -> float:
+    """The live steps/s: ``steps_per_s`` over the steps that ended in the last ``window``
+    seconds before the newest step's end (NaN for fewer than two such steps)."""
+    s, ends = step_ends(steps, times)
+    keep = ends >= (ends[-1] - window) if len(ends) else ends.astype(bool)
+    return steps_per_s(s[keep], ends[keep])
+
+
 def final_loss(steps: "np.typing.ArrayLike", losses: "np.typing.ArrayLike", last: int = 10) -> float:
     """The mean over the last ``last`` steps of each step's mean loss over its rows."""
     steps = np.asarray(steps, dtype=np.int64)
