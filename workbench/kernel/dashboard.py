@@ -194,6 +194,7 @@ class Dashboard:
         self.x_axis.label = "wall time (s)" if x_is_time else "step"
         by = stats.by_step() if stats.rows else None
         with self.loss_fig.hold_sync(), self.thr_fig.hold_sync():
+            eps_range = [np.inf, -np.inf]
             for w, line in self.loss_lines.items():
                 step, elapsed, loss, eps = stats.worker_arrays(w)
                 idx = render.thin(len(step))
@@ -202,6 +203,13 @@ class Dashboard:
                 tl = self.thr_lines[w]
                 with tl.hold_sync():
                     tl.x, tl.y = step[idx], eps[idx]
+                if len(eps) and np.isfinite(eps).any():
+                    eps_range = [min(eps_range[0], np.nanmin(eps)), max(eps_range[1], np.nanmax(eps))]
+            if by is not None and self.aggregate:
+                eps_range = [np.nanmin(by["eps_p10"]), np.nanmax(by["eps_p90"])]
+            if np.isfinite(eps_range).all() and eps_range[1] > eps_range[0]:
+                # d3 put 16 labels on a 240 px examples/s axis (0 to 30k by 2k): a few round ones
+                render.set_ticks(self.thr_fig.axes[1], eps_range[0], eps_range[1])
             if by is not None:
                 idx = render.thin(len(by["step"]))
                 gx = (by["elapsed"] if x_is_time else by["step"])[idx]
