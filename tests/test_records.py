@@ -131,3 +131,21 @@ def test_runs_and_history_of_a_real_run_from_files_alone(tmp_path, monkeypatch):
                     and f"step time {fig['step_time'] * 1000:.2f} ms (whole run)" in html), html[:2000]
     panel = store.Records(tmp_path).runs()[0]
     assert panel["steps_per_s"] == pytest.approx(fig["steps_per_s"], rel=1e-9)
+
+
+def test_two_tasks_events_of_the_same_kind_at_the_same_microsecond_are_both_kept(tmp_path):
+    """MWMS workers publish their placement when the collective building their variables
+    releases them together: same kind, no step, the same time.time(). Both are kept; a
+    repeat of either (every publish repeats the last events) is not."""
+    from workbench.kernel.recorded import RecordedRun
+
+    run = RecordedRun(tmp_path / "runs" / "r1")
+    t = 1795470000.123456
+    placement = [{"kind": "placement", "time": t, "variables": [],
+                  "tasks": [{"role": "worker", "task": i, "engine": i, "host": f"h{i + 1}", "pid": 100 + i}]}
+                 for i in range(2)]
+    run._merge({"events": placement[:1]}, "worker:0")
+    run._merge({"events": placement[1:]}, "worker:1")
+    run._merge({"events": placement}, None)  # the same events again, from the files
+    tasks = run.placement[run.placement.variable.isna()]
+    assert sorted(tasks.host) == ["h1", "h2"] and len(tasks) == 2

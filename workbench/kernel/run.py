@@ -63,7 +63,7 @@ class Run:
         self._joined: tuple[Any, pd.DataFrame | None] = (None, None)  # ((version, link samples), history with links)
         self._anatomy: tuple[Any, pd.DataFrame | None] = (None, None)  # ((version, links, skip), anatomy table)
         self._events: list[Event] = []
-        self._seen_events: set[tuple[str, int | None, float]] = set()
+        self._seen_events: set[tuple[Any, ...]] = set()
         self._outcome: dict[str, TaskResult | ServerResult] = {}  # task name -> what the task returned
         self._error: BaseException | None = None
         self._lock = threading.Lock()
@@ -465,7 +465,7 @@ class Run:
                     log.append(row)
                 self._rows[key] = row
             for ev in data.get("events", ()):
-                key = (ev["kind"], ev.get("step"), ev["time"])
+                key = _event_key(ev)
                 if key not in self._seen_events:
                     self._seen_events.add(key)
                     self._events.append(ev)
@@ -677,3 +677,13 @@ class Run:
             run_dir.write_result(record)
         except OSError:
             pass
+
+
+def _event_key(ev: Event) -> tuple[Any, ...]:
+    """What makes an event the same event when it arrives again (every publish repeats the
+    last events; files repeat what was published): kind, step, time and whose it is. Two
+    MWMS workers publish their placement at the same microsecond when the collective that
+    builds their variables releases them together: without the tasks in the key one of
+    them was dropped (seen once in a Slurm run's placement, one task of two)."""
+    tasks = tuple((t.get("role"), t.get("task")) for t in ev.get("tasks", ()) or ())
+    return ev["kind"], ev.get("step"), ev["time"], tasks, ev.get("worker"), ev.get("task")
