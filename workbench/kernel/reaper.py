@@ -40,9 +40,10 @@ def watch(owner: int, record: str, cleanup: Callable[[str], None], every: float 
     return 0
 
 
-def end_listed(pidfile: str) -> None:
-    """End the PIDs listed in ``pidfile`` and their descendants; remove the list and the
-    cluster's record beside it (what the Workbench panel shows)."""
+def end_listed(pidfile: str, owner: int | None = None) -> None:
+    """End the PIDs listed in ``pidfile`` and their descendants; remove the list, the
+    cluster's record beside it (what the Workbench panel shows), its local engines' private
+    TMPDIRs and the owner's zygote sockets (``kernel/zygote.py``)."""
     try:
         with open(pidfile) as f:
             pids = {int(p) for p in f.read().split()}
@@ -66,10 +67,24 @@ def end_listed(pidfile: str) -> None:
             path.unlink(missing_ok=True)
         except OSError:
             pass
+    import glob
+    import shutil
+    import tempfile
+
+    from workbench.common.roles import engine_tmpdir
+
+    for path in glob.glob(engine_tmpdir(tempfile.gettempdir(), pids_path.stem, "*")):
+        shutil.rmtree(path, ignore_errors=True)
+    if owner is not None:
+        for path in glob.glob(os.path.join(tempfile.gettempdir(), f"wbz-{owner}-*")):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def main(owner: int, pidfile: str) -> int:
-    return watch(owner, pidfile, end_listed)
+    return watch(owner, pidfile, lambda record: end_listed(record, owner))
 
 
 if __name__ == "__main__":
