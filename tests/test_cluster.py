@@ -159,11 +159,11 @@ def test_a_killed_kernel_leaves_nothing_running(tmp_path):
     import subprocess
 
     code = ("import os, sys, workbench as wb; c = wb.Cluster(engines=2).start(); "
-            "print(*c.engines.pid, c._ipp.controller.pid, c._reaper.pid, c.cluster_tag, flush=True); "
+            "print(*c.engines.pid, c._ipp.controller.pid, c._reaper.pid, c.cluster_tag, c.started_by_zygote, flush=True); "
             "sys.stdin.readline(); os.kill(os.getpid(), 9)")
     owner = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True, env=dict(os.environ, WORKBENCH_HOME=str(tmp_path)))
-    *pids, tag = owner.stdout.readline().split()
+    *pids, tag, forked = owner.stdout.readline().split()
     pids = [int(p) for p in pids]
     assert len(pids) == 4, pids
     processes = _family(pids)  # with the engines' nannies and the controller's schedulers
@@ -172,8 +172,11 @@ def test_a_killed_kernel_leaves_nothing_running(tmp_path):
 
     from workbench.common.roles import engine_tmpdir
 
-    files = [engine_tmpdir(tempfile.gettempdir(), tag, "*"), os.path.join(tempfile.gettempdir(), f"wbz-{owner.pid}-*")]
-    assert all(glob.glob(f) for f in files), "engines' TMPDIRs and the zygote's socket exist while it runs"
+    from workbench.kernel import zygote
+
+    files = [engine_tmpdir(tempfile.gettempdir(), tag, "*")]
+    files += [zygote.socket_path(owner.pid, "*")] if forked == "True" else []  # not with WORKBENCH_ZYGOTE=0
+    assert all(glob.glob(f) for f in files), "engines' TMPDIRs (and the zygote's socket) exist while it runs"
     owner.stdin.write("\n")
     owner.stdin.flush()
     assert owner.wait(30) == -signal.SIGKILL

@@ -73,11 +73,7 @@ def test_stop_checkpoints_and_resume_work_on_hosts_without_the_run_directory(clu
     assert loaded.final_step == stopped_at and len(loaded.history) == len(run.history)
     # resume: the checkpoint goes back to the hosts, and the run continues from it exactly
     target = stopped_at + 30
-    resumed = run.resume(steps=target).wait(timeout=300)
-    assert resumed.final_step == target
-    h = resumed.history
-    for w in ("worker:0", "worker:1"):
-        assert list(h[h.worker == w].step) == list(range(stopped_at + 1, target + 1))
+    resumed = resume_exactly(run, stopped_at, target, timeout=300)
     assert RunDir(resumed.run_dir).checkpoint_step() == target  # the resumed run's last one came back too
 
 
@@ -133,11 +129,7 @@ def test_a_lost_chief_host_loses_only_the_steps_since_its_last_checkpoint(cluste
     saved = store.checkpoint_step()  # the copy here: the last checkpoint the chief announced
     assert saved == max(run.checkpoint_steps()) and saved >= 100
     target = saved + 40
-    resumed = run.resume(steps=target).wait(timeout=120)
-    assert resumed.final_step == target
-    h = resumed.history
-    for w in ("worker:0", "worker:1"):
-        assert list(h[h.worker == w].step) == list(range(saved + 1, target + 1))
+    resume_exactly(run, saved, target, timeout=120)
     # the lost task's metrics before the checkpoint were kept here: the run's whole history
     whole = history(run.run_dir)
     for w in ("worker:0", "worker:1"):
@@ -208,3 +200,14 @@ def test_the_kernels_copy_takes_what_tasks_on_other_hosts_published(tmp_path):
     error = mirror.take("worker:0", {}, [{"step": 11, "worker": "worker:0"}], [])
     assert error is not None and error.startswith("FileExistsError") and "metrics" in error
     assert mirror.take("worker:0", {}, [{"step": 12, "worker": "worker:0"}], []) is None
+
+
+def resume_exactly(run, saved, target, timeout):
+    """``run`` resumed from its checkpoint of step ``saved`` to ``target``: each worker makes
+    exactly the steps after it, once."""
+    resumed = run.resume(steps=target).wait(timeout=timeout)
+    assert resumed.final_step == target
+    h = resumed.history
+    for w in ("worker:0", "worker:1"):
+        assert list(h[h.worker == w].step) == list(range(saved + 1, target + 1))
+    return resumed

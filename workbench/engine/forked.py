@@ -19,21 +19,13 @@ import socket
 import sys
 import time
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+from workbench.common.pids import alive  # os and /proc only: nothing heavy
 
 
 def _connect(path: str, zygote: int, timeout: float) -> socket.socket | None:
     """A connection to the zygote once its socket appears; None if it died or refused."""
     end = time.monotonic() + timeout
-    while time.monotonic() < end and _alive(zygote):
+    while time.monotonic() < end and alive(zygote):
         if os.path.exists(path):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:

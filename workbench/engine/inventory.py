@@ -26,7 +26,7 @@ def report(controller_host: str = "127.0.0.1") -> Inventory:
         "address": _route_address(controller_host),
         "pid": os.getpid(),
         "port": free_port(),
-        "gpus": _gpus(),
+        "gpus": gpus(),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "tmp": tempfile.gettempdir(),
     }
@@ -100,7 +100,8 @@ def _ephemeral_low():
         return 32768  # Linux's default; macOS and Windows start theirs higher
 
 
-def _gpus():
+def gpus() -> list[int]:
+    """This host's GPU indices (nvidia-smi, else /proc/driver/nvidia), [] without GPUs."""
     smi = shutil.which("nvidia-smi")
     if smi:
         try:

@@ -51,7 +51,7 @@ def _import_tensorflow():
 
 
 def main() -> None:
-    if not inventory._gpus():
+    if not inventory.gpus():
         os.environ.update(STARTUP_ENV)
         threading.Thread(target=_import_tensorflow, name=THREAD, daemon=True).start()
     from ipyparallel.engine.app import main as engine_main

@@ -2,9 +2,6 @@
 or an existing profile; engines that report what they are; TF state tracked per engine."""
 
 import atexit
-import glob
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +13,7 @@ from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, inv
 from workbench.kernel import home, launchers, live, reaper, recorded, remote, zygote
 from workbench.kernel.launch import launch as start_run
 from workbench.kernel.pool import EnginePool
-from workbench.kernel.processes import alive, family, reap
+from workbench.kernel.processes import alive, family, reap, remove_engine_tmpdirs
 from workbench.kernel.run import Run
 from workbench.kernel import train as training
 from workbench.store import ClusterRecord, Home
@@ -269,8 +266,7 @@ class Cluster:
         processes = family(self._pids)  # with engines' nannies, controller's schedulers
         # engines' private TMPDIRs (compiled functions, workers' scratch checkpoints): on
         # this machine's filesystem for local engines and for hosts that share it
-        tmps = {info.tmp for info in self.pool.info.values()} | {tempfile.gettempdir()}
-        tag = self.cluster_tag
+        tmps, tag = {info.tmp for info in self.pool.info.values()}, self.cluster_tag
         controller = remote.local_pids(self._ipp.controller)
         launchers.end_mpi_jobs(self._ipp)  # mpiexec takes its ranks on every host down
         launchers.end_slurm_jobs(self._ipp)  # scancel, until squeue no longer lists the job
@@ -288,9 +284,7 @@ class Cluster:
         if self._zygote is not None:
             zygote.stop(self._zygote)
             self._zygote = None
-        for tmp in tmps:  # the tag is this cluster's alone: no other cluster's files match
-            for path in glob.glob(roles.engine_tmpdir(tmp, tag, "*")):
-                shutil.rmtree(path, ignore_errors=True)
+        remove_engine_tmpdirs(tag, tmps)
         if self._pidfile is not None:
             self._pidfile.unlink(missing_ok=True)  # the reaper exits when its list is gone
             self._pidfile = None

@@ -203,13 +203,9 @@ class Dashboard:
                 tl = self.thr_lines[w]
                 with tl.hold_sync():
                     tl.x, tl.y = step[idx], eps[idx]
-                if len(eps) and np.isfinite(eps).any():
-                    eps_range = [min(eps_range[0], np.nanmin(eps)), max(eps_range[1], np.nanmax(eps))]
-            if by is not None and self.aggregate:
-                eps_range = [np.nanmin(by["eps_p10"]), np.nanmax(by["eps_p90"])]
-            if np.isfinite(eps_range).all() and eps_range[1] > eps_range[0]:
-                # d3 put 16 labels on a 240 px examples/s axis (0 to 30k by 2k): a few round ones
-                render.set_ticks(self.thr_fig.axes[1], eps_range[0], eps_range[1])
+                drawn = eps[idx]
+                if len(drawn) and np.isfinite(drawn).any():  # the axis spans what is drawn
+                    eps_range = [min(eps_range[0], np.nanmin(drawn)), max(eps_range[1], np.nanmax(drawn))]
             if by is not None:
                 idx = render.thin(len(by["step"]))
                 gx = (by["elapsed"] if x_is_time else by["step"])[idx]
@@ -221,6 +217,7 @@ class Dashboard:
                     sx = by["step"][idx]
                     with self.thr_band.hold_sync():
                         self.thr_band.x, self.thr_band.y = sx, [by["eps_p10"][idx], by["eps_p90"][idx]]
+                    eps_range = [np.nanmin(by["eps_p10"][idx]), np.nanmax(by["eps_p90"][idx])]
                     with self.thr_median.hold_sync():
                         self.thr_median.x, self.thr_median.y = sx, by["eps_median"][idx]
                 render.set_ticks(self.x_axis, gx.min(), gx.max())  # a few round ticks at any length
@@ -228,6 +225,9 @@ class Dashboard:
                 smooth = livestats.ema(by["loss_mean"], self.smooth.value)[idx]
                 with self.global_line.hold_sync():
                     self.global_line.x, self.global_line.y = gx, smooth
+            if np.isfinite(eps_range).all() and eps_range[1] > eps_range[0]:
+                # d3 put 16 labels on a 240 px examples/s axis (0 to 30k by 2k): a few round ones
+                render.set_ticks(self.thr_fig.axes[1], eps_range[0], eps_range[1])
             ev = run.evaluations
             if len(ev):
                 with self.acc_points.hold_sync():

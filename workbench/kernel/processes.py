@@ -42,3 +42,18 @@ def wait_until(cond: Callable[[], object], timeout: float, what: Callable[[], st
         if time.monotonic() > end:
             raise ClusterError(f"Timed out after {timeout:.0f} s waiting for {what()}")
         time.sleep(0.05)
+
+
+def remove_engine_tmpdirs(cluster_tag: str, tmps: Iterable[str] = ()) -> None:
+    """Remove the private TMPDIRs of a cluster's engines (``roles.engine_tmpdir``) under
+    this machine's temp directory and ``tmps``; the tag is that cluster's alone, so no
+    other cluster's files match."""
+    import glob
+    import shutil
+    import tempfile
+
+    from workbench.common.roles import engine_tmpdir
+
+    for tmp in {tempfile.gettempdir(), *tmps}:
+        for path in glob.glob(engine_tmpdir(tmp, cluster_tag, "*")):
+            shutil.rmtree(path, ignore_errors=True)

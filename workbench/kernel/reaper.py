@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Callable
 
-from workbench.kernel.processes import alive, family, reap
+from workbench.kernel.processes import alive, family, reap, remove_engine_tmpdirs
 
 
 def spawn(module: str, *args: str) -> subprocess.Popen:
@@ -67,20 +67,11 @@ def end_listed(pidfile: str, owner: int | None = None) -> None:
             path.unlink(missing_ok=True)
         except OSError:
             pass
-    import glob
-    import shutil
-    import tempfile
-
-    from workbench.common.roles import engine_tmpdir
-
-    for path in glob.glob(engine_tmpdir(tempfile.gettempdir(), pids_path.stem, "*")):
-        shutil.rmtree(path, ignore_errors=True)
+    remove_engine_tmpdirs(pids_path.stem)
     if owner is not None:
-        for path in glob.glob(os.path.join(tempfile.gettempdir(), f"wbz-{owner}-*")):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        from workbench.kernel import zygote
+
+        zygote.remove_leftovers(owner)
 
 
 def main(owner: int, pidfile: str) -> int:

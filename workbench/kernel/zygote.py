@@ -34,7 +34,7 @@ def wanted() -> bool:
 
     if os.environ.get("WORKBENCH_ZYGOTE", "1").strip().lower() in ("0", "false", "no", "off"):
         return False
-    return sys.platform.startswith("linux") and hasattr(socket, "send_fds") and not inventory._gpus()
+    return sys.platform.startswith("linux") and hasattr(socket, "send_fds") and not inventory.gpus()
 
 
 def start() -> Zygote | None:
@@ -42,12 +42,28 @@ def start() -> Zygote | None:
     not wanted."""
     if not wanted():
         return None
-    path = os.path.join(tempfile.gettempdir(), f"wbz-{os.getpid()}-{secrets.token_hex(4)}.sock")
+    path = socket_path(os.getpid(), secrets.token_hex(4))
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", **STARTUP_ENV)  # no thread pool before the fork
     with open(path + ".log", "wb") as log:  # TF's import talks on stderr: not in the kernel's
         process = subprocess.Popen([sys.executable, "-m", "workbench.engine.zygote", path], env=env,
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     return Zygote(process, path)
+
+
+def socket_path(owner: int, token: str) -> str:
+    """Where the zygote of kernel ``owner`` listens (``token="*"``: a glob of all of its)."""
+    return os.path.join(tempfile.gettempdir(), f"wbz-{owner}-{token}.sock")
+
+
+def remove_leftovers(owner: int) -> None:
+    """The sockets and logs of kernel ``owner``'s zygotes, for its reaper when it died."""
+    import glob
+
+    for path in glob.glob(socket_path(owner, "*") + "*"):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def command(z: Zygote) -> list[str]:
