@@ -41,7 +41,12 @@ def cluster():
 
 
 def pytest_unconfigure(config):
-    """The suite's private home (profiles, run directories: hundreds of MB) goes with it."""
+    """The suite's private home (profiles, run directories: hundreds of MB) goes with it;
+    first the IPython shell some tests made closes its history database kept there."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    if InteractiveShell.initialized():
+        InteractiveShell.instance().atexit_operations()
     shutil.rmtree(_HOME, ignore_errors=True)
 
 

@@ -1,14 +1,17 @@
 """Real local clusters: start, inventory, stop by PID, attach, start failures, recycling."""
 
+import glob
 import json
 import os
 import sys
+import tempfile
 
 import ipyparallel as ipp
 import pytest
 from traitlets.config import Config
 
 import workbench as wb
+from workbench.common.roles import engine_tmpdir
 from workbench.kernel.processes import alive as _alive, family as _family
 
 pytestmark = pytest.mark.cluster
@@ -112,12 +115,15 @@ def test_attach_takes_the_inventory_of_engines_that_register_later():
             assert sorted(t.engine_id for t in run.tasks) == sorted(c.engine_info) == sorted(rc.ids)
             assert late in c.engine_info and c.engines.loc[late, "pid"] > 0
             pids = list(c.engines.pid)
+            tmpdirs = [engine_tmpdir(tempfile.gettempdir(), c.cluster_tag, e) for e in c.engine_info]
+            assert all(os.path.isdir(d) for d in tmpdirs)
         finally:
             c.stop()
     finally:
         rc.close()
         other.stop_cluster_sync()
     _wait_gone(_family(pids), timeout=60)
+    assert [d for d in tmpdirs if os.path.exists(d)] == [], "engines stopped by their own ipcluster remove their TMPDIRs"
 
 
 def _wait_gone(pids, timeout=15):
@@ -167,11 +173,6 @@ def test_a_killed_kernel_leaves_nothing_running(tmp_path):
     pids = [int(p) for p in pids]
     assert len(pids) == 4, pids
     processes = _family(pids)  # with the engines' nannies and the controller's schedulers
-    import glob
-    import tempfile
-
-    from workbench.common.roles import engine_tmpdir
-
     from workbench.kernel import zygote
 
     files = [engine_tmpdir(tempfile.gettempdir(), tag, "*")]
@@ -194,3 +195,12 @@ def test_every_engine_state_has_a_description():
     states.append(TFState(("cluster", worker), usable=False))
     assert [s.describe() for s in states] == [
         "fresh", "local TF", "local TF (2 logical CPUs)", "cluster worker:1", "unusable, to be replaced"]
+
+
+def test_options_ipyparallel_refuses_raise_and_leave_no_process():
+    with pytest.raises(wb.ConfigError, match=r"argument 'n'. Received: n=2. Expected .*as engines=2"):
+        wb.Cluster(n=2)
+    before = _family({os.getpid()})
+    with pytest.raises(wb.ConfigError, match="ipyparallel refused the cluster options: .*'nosuch'"):
+        wb.Cluster(engines=1, controller="nosuch").start()
+    assert _family({os.getpid()}) == before, "the zygote started for its engines is stopped again"

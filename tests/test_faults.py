@@ -121,6 +121,7 @@ def test_a_lost_task_fails_fast_naming_it_and_resume_completes_exactly(cluster, 
     assert time.monotonic() - t0 < bound
     assert str(info.value).startswith(f"{role}:{index} (engine ")
     assert "was lost at step" in str(info.value) and "checkpoint is at step" in str(info.value)
+    assert "Its last output:\n" in str(info.value) and "[IPEngine." in str(info.value).split("Its last output:")[1]
     reached = run.step
     saved = int(run.events.query("kind == 'checkpoint'").step.max())
     assert reached - saved <= EVERY, "at most one checkpoint interval is lost"

@@ -49,3 +49,18 @@ def test_without_the_zygote_engines_import_tensorflow_themselves(monkeypatch):
         run = cluster.train(wb.models.mlp((16,)), wb.datasets.digits(), strategy="single", workers=1,
                             global_batch_size=64, steps=5, checkpoint_every=0).wait(timeout=300)
         assert run.final_step == 5
+
+
+def test_a_zygote_whose_kernel_is_gone_ends_and_removes_its_socket(tmp_path):
+    """A kernel that dies before its cluster's reaper starts (during Cluster.start) leaves no zygote."""
+    import subprocess
+    import sys
+
+    from checks import wait_for
+
+    kernel = subprocess.run([sys.executable, "-c", "import os\nfrom workbench.kernel import zygote\n"
+                             "z = zygote.start()\nprint(z.pid, z.path, flush=True)\nos._exit(0)"],
+                            capture_output=True, text=True, timeout=120)
+    pid, path = kernel.stdout.split()
+    wait_for(lambda: not alive(int(pid)), 120, lambda: f"the orphaned zygote {pid} to end")
+    assert not os.path.exists(path) and not os.path.exists(path + ".log")

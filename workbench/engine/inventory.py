@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 import shutil
@@ -130,4 +131,18 @@ def configure(env: dict[str, str]) -> int:
     os.environ.update(env)
     os.makedirs(env["TMPDIR"], exist_ok=True)
     tempfile.tempdir = None  # re-read TMPDIR
+    if not _own_tmpdir:  # the engine removes it when it exits, whoever stops it (an attached cluster's ipcluster too)
+        atexit.register(remove_tmpdir)
+    _own_tmpdir[:] = [env["TMPDIR"]]
     return os.getpid()
+
+
+_own_tmpdir: list[str] = []
+
+
+def remove_tmpdir() -> None:
+    """Remove the private TMPDIR ``configure`` made (at exit: atexit, or a forked engine's
+    ``engine/zygote.py`` before ``os._exit``). A killed engine leaves it to ``Cluster.stop``
+    or the kernel's reaper."""
+    for path in _own_tmpdir:
+        shutil.rmtree(path, ignore_errors=True)

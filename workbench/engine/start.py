@@ -12,6 +12,7 @@ Engines on hosts with GPUs skip the early import: ``CUDA_VISIBLE_DEVICES`` is se
 engine after registration and must come first.
 """
 
+import faulthandler
 import importlib.abc
 import os
 import sys
@@ -50,7 +51,20 @@ def _import_tensorflow():
         sys.meta_path.remove(finder)
 
 
+def report_crashes() -> None:
+    """A fatal signal (a crash inside TF) prints every thread's stack into the engine's log.
+    Into a copy of its stderr: ipykernel later points fd 2 at a pipe that a thread of this
+    same process reads, and that thread dies with the process, mid-report."""
+    global _crash_log
+    _crash_log = os.fdopen(os.dup(2), "w")
+    faulthandler.enable(file=_crash_log)
+
+
+_crash_log = None
+
+
 def main() -> None:
+    report_crashes()
     if not inventory.gpus():
         os.environ.update(STARTUP_ENV)
         threading.Thread(target=_import_tensorflow, name=THREAD, daemon=True).start()

@@ -78,6 +78,9 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
     os.environ.update(request["env"])
     os.environ.update(STARTUP_ENV)  # as workbench.engine.start sets them
     os.chdir(request["cwd"])
+    from workbench.engine.start import report_crashes
+
+    report_crashes()
     sys.argv = ["ipengine", *request["argv"]]
     code = 0
     try:
@@ -92,12 +95,17 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
         traceback.print_exc()
         code = 1
     finally:
+        from workbench.engine.inventory import remove_tmpdir
+
+        remove_tmpdir()  # os._exit skips atexit, and the zygote's handlers must not run here
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
 
 
-def serve(path: str) -> None:
+def serve(path: str, owner: int) -> None:
+    """Import, then fork an engine per request on the unix socket ``path``, until the
+    kernel ``owner`` that started it stops it or is gone (its engines go with it)."""
     _import()
     if threads() != 1:
         print(f"zygote: {threads()} threads after the import; not forking", file=sys.stderr, flush=True)
@@ -107,8 +115,19 @@ def serve(path: str) -> None:
     listener.bind(path + ".tmp")
     os.rename(path + ".tmp", path)  # it appears ready to connect to
     listener.listen(64)
+    listener.settimeout(1.0)  # accepted connections block; the timeout is for watching the owner
     while True:
-        conn, _ = listener.accept()
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            if os.getppid() != owner:  # the kernel died before Cluster.stop() or its reaper could end this
+                for leftover in (path, path + ".log"):
+                    try:
+                        os.unlink(leftover)
+                    except OSError:
+                        pass
+                sys.exit(0)
+            continue
         with conn:
             msg, fds = _receive(conn)
             if msg is None:
@@ -142,4 +161,4 @@ def _receive(conn: socket.socket) -> tuple[dict | None, list[int]]:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], int(sys.argv[2]))

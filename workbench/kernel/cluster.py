@@ -71,6 +71,8 @@ class Cluster:
         if not self.attached:
             engines = 3 if engines is None else engines
             validate.positive_int("engines", engines)
+        if "n" in ipp_options:  # ipyparallel's own name for it
+            raise invalid("n", ipp_options["n"], f"no 'n': Cluster() takes its number of engines as engines={ipp_options['n']!r}")
         if profile is not None and not isinstance(profile, str):
             raise invalid("profile", profile, "the name of an ipyparallel profile (a str)")
         if self.attached and not _profile_path(profile).is_dir():
@@ -188,6 +190,10 @@ class Cluster:
                 controller=self.controller, engine_timeout=int(self.timeout), **options,
             )
         except Exception as e:  # traitlets / entry point errors for unknown launchers
+            if self._zygote is not None:  # nothing else started yet
+                zygote.stop(self._zygote)
+                self._pids.discard(self._zygote.pid)
+                self._zygote = None
             raise ConfigError(f"ipyparallel refused the cluster options: {e}") from e
         try:
             self._ipp.start_cluster_sync()
@@ -354,6 +360,26 @@ class Cluster:
             tail = "\n".join(text.strip().splitlines()[-lines:])
             out.append(f"--- {name} ---\n{tail or '(no output)'}")
         return "\n".join(out)
+
+    def engine_output(self, engine_id: int, lines: int = 12) -> str:
+        """The last ``lines`` lines an engine this kernel started on this machine wrote (its
+        log file: ipyparallel's log lines, and what the process printed before it died), without its per-request lines;
+        from its last "Fatal Python error" on when it crashed (``faulthandler``); "" when unknown."""
+        if self._ipp is None:
+            return ""
+        mark = f"Completed registration with id {engine_id}\n"
+        for engine_set in self._ipp.engines.values():
+            for launcher in list(getattr(engine_set, "launchers", {}).values()):
+                path = getattr(launcher, "output_file", None)
+                try:
+                    text = Path(path).read_text(errors="replace") if path else ""
+                except OSError:
+                    continue
+                if mark in text:
+                    kept = [line for line in text.splitlines() if "Handling apply_request" not in line]
+                    crash = [i for i, line in enumerate(kept) if line.startswith("Fatal Python error")]
+                    return "\n".join(kept[crash[-1]:crash[-1] + 3 * lines] if crash else kept[-lines:])
+        return ""
 
     @property
     def cluster_tag(self) -> str:

@@ -91,10 +91,12 @@ class EngineWatch:
             if task.target and answer(task.target) == "silent":
                 why = (f"its host {host} is unreachable: {task.target} does not answer from here (a machine "
                        "down or a link cut)")
+        output = run.cluster.engine_output(task.engine_id) if pool.is_local(task.engine_id) else ""
+        output = f"\nIts last output:\n{output}" if output else ""
         return EngineError(
             f"{name} (engine {task.engine_id}{where}, pid {getattr(info, 'pid', '?')}) was lost at step "
             f"{run.step}: {why}. The run stopped; {resume}. run.resume() starts its tasks on fresh "
-            "engines and continues from there.",
+            f"engines and continues from there.{output}",
             role=task.role, task=task.index, engine_id=task.engine_id)
 
     def start_timed_out(self, limit: float) -> RunStalled:

@@ -45,7 +45,7 @@ def start() -> Zygote | None:
     path = socket_path(os.getpid(), secrets.token_hex(4))
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", **STARTUP_ENV)  # no thread pool before the fork
     with open(path + ".log", "wb") as log:  # TF's import talks on stderr: not in the kernel's
-        process = subprocess.Popen([sys.executable, "-m", "workbench.engine.zygote", path], env=env,
+        process = subprocess.Popen([sys.executable, "-m", "workbench.engine.zygote", path, str(os.getpid())], env=env,
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     return Zygote(process, path)
 
