@@ -138,6 +138,24 @@ def _check_what_a_person_sees(page, home, shots):
     assert all(legend["box"][2] <= seen["root"][2] + 1 for legend in seen["legends"]), seen
 
 
+SAVED_DRAWINGS = """() => [...document.querySelectorAll('.jp-OutputArea-output img')]
+  .filter(i => (i.getAttribute('src') || '').startsWith('data:image/svg+xml'))
+  .map(i => [i.alt, i.naturalWidth, i.complete])"""
+
+
+def _check_saved_outputs(page, shots):
+    """The notebook as saved, before it runs (not trusted: JupyterLab sanitizes its HTML
+    outputs): the dashboards' and the comparison's charts and placement are pictures, not
+    their labels run together as text."""
+    seen = wait_for(lambda: len(page.evaluate(SAVED_DRAWINGS)) >= 8 and page.evaluate(SAVED_DRAWINGS), 60,
+                    lambda: f"the saved snapshots' drawings; found {page.evaluate(SAVED_DRAWINGS)}")
+    page.screenshot(path=str(shots / "lab-saved.png"), full_page=False)
+    assert all(width > 0 and complete for _, width, complete in seen), seen
+    assert {alt for alt, _, _ in seen} >= {"loss chart", "throughput chart", "device placement", "loss against step"}
+    text = page.locator(".jp-Notebook").inner_text()
+    assert "Throughput per worker" not in text and "Lossstep" not in text, "a drawing's labels shown as text"
+
+
 def _drive_quickstart(page, base, token, shots):
     start_session(base, token, "00_quickstart.ipynb")
     page.goto(f"{base}/lab/tree/00_quickstart.ipynb?token={token}")
@@ -145,6 +163,7 @@ def _drive_quickstart(page, base, token, shots):
 
     wait_for(lambda: accept_dialogs(page) and "Idle" in page.locator(".jp-StatusBar-Widget").all_inner_texts().__str__(),
              120, lambda: "JupyterLab to show the idle kernel")
+    _check_saved_outputs(page, shots)
     # run every cell above the prose after the PS run's cell: the run starts and the kernel
     # is free again, so the dashboard's Stop button is handled at once
     page.locator(".jp-MarkdownCell", has_text="Asynchronous training has no global step").first.click()

@@ -51,7 +51,7 @@ def test_history_has_each_hosts_bytes_per_step_and_link_utilisation(cluster, bed
     from workbench.kernel import render
 
     state = render.link_state(run)
-    svg = render.snapshot_html(run, "finished")
+    svg = render.svgs_in(render.snapshot_html(run, "finished"))[-1]
     print({host: f"{s['util']:.2f}" for host, s in state.items()})
     assert set(state) == set(bed.hosts) and all(0.05 < s["util"] <= 1.1 for s in state.values())
     assert svg.count("link 100mbit") == 2 and svg.count("wb-busiest") == 1 and svg.count("% used") == 2

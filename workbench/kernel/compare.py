@@ -90,7 +90,8 @@ class Comparison:
         return self._widget
 
     def static_html(self) -> str:
-        charts = "".join(render.line_chart(self._curves(x), f"Loss against {label}", label, "loss (smoothed)")
+        charts = "".join(render.svg_img(render.line_chart(self._curves(x), f"Loss against {label}", label,
+                                                          "loss (smoothed)"), f"loss against {label}")
                          for x, label in (("step", "step"), ("time", "wall time (s)")))
         return (f'<div style="font:12px sans-serif"><div style="display:flex;gap:8px">{charts}</div>'
                 f"{self.table.round(4).to_html()}</div>")

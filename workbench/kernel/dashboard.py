@@ -130,7 +130,9 @@ class Dashboard:
                         f"workers={run.job.workers} ps={run.job.ps} · global batch {run.job.global_batch_size}")
         # legends under the charts, never over the curves (render.legend_outside)
         loss_legend = W.HTML(render.legend_html(render.legend_outside(self.loss_fig.marks), "wb-loss-legend"))
-        thr_legend = W.HTML(render.legend_html(render.legend_outside(self.thr_fig.marks), "wb-throughput-legend"))
+        thr_legend = W.HTML(render.legend_html(render.legend_outside(self.thr_fig.marks), "wb-throughput-legend")
+                            + f"<div class='wb-first-call' style='font:11px sans-serif;color:#555;max-width:440px'>"
+                            f"{render.FIRST_CALL_NOTE}</div>")
         loss_box = W.VBox([W.HBox([self.x_choice, self.smooth]), self.loss_fig, loss_legend])
         thr_box = W.VBox([self.thr_text, self.thr_fig, thr_legend])
         self.faults = fault_controls.for_run(run)  # runs on a test bed: link down/up, slow, kill engines

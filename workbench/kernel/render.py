@@ -81,6 +81,10 @@ def nice_ticks(lo: float, hi: float, most: int = X_TICKS) -> list[float]:
     return [float(lo), float(hi)]
 
 
+FIRST_CALL_NOTE = ("The first call's steps sit near 0 examples/s: their time includes tracing the training "
+                   "function (once per run).")
+
+
 def legend_html(entries: list[tuple[str, str]], kind: str = "") -> str:
     """A legend beside a chart, never over it: ``entries`` are (label, colour)."""
     items = "".join(f'<span class="wb-legend-item" style="white-space:nowrap;margin-right:10px">'
@@ -162,6 +166,24 @@ def line_chart(series: Sequence[tuple[str, Any, Any]], title: str, xlabel: str, 
     return "".join(out)
 
 
+def svg_img(svg: str, alt: str = "") -> str:
+    """An SVG drawing as an ``<img>`` with a ``data:`` URI, for the static HTML a notebook
+    saves: JupyterLab's sanitizer drops inline ``<svg>`` from the outputs of a notebook not
+    (yet) trusted, leaving its text run together, and keeps images. Only ``%`` and ``#``
+    need encoding in the URI; the rest is HTML-escaped, so the drawing's text stays readable
+    in the saved file."""
+    uri = "data:image/svg+xml;charset=utf-8," + svg.replace("%", "%25").replace("#", "%23")
+    return f'<img src="{html.escape(uri, quote=True)}" alt="{html.escape(alt, quote=True)}">'
+
+
+def svgs_in(text: str) -> list[str]:
+    """The SVG drawings ``svg_img`` put in ``text``, decoded."""
+    import re
+
+    return [html.unescape(m).split(",", 1)[1].replace("%23", "#").replace("%25", "%")
+            for m in re.findall(r'<img src="(data:image/svg\+xml;[^"]*)"', text)]
+
+
 def placement_svg(tasks: list[dict[str, Any]], variables: list[dict[str, Any]], width: int = 640,
                   links: dict[str, dict[str, Any]] | None = None) -> str:
     """Hosts as boxes holding their engines; each engine shows its role, devices, and for PS
@@ -179,7 +201,7 @@ def placement_svg(tasks: list[dict[str, Any]], variables: list[dict[str, Any]], 
     if busiest is not None and links[busiest]["bytes_per_s"] <= 0:
         busiest = None  # nothing moved: no link is the busiest
     left = 170 if links else 4  # the network and the links, left of the hosts
-    box_w, box_h, gap = 150, 74, 10
+    box_w, box_h, gap = 170, 88, 10  # five lines of text at most, each inside its box
     rows = []
     y = 8
     for host, ts in by_host.items():
@@ -206,8 +228,9 @@ def placement_svg(tasks: list[dict[str, Any]], variables: list[dict[str, Any]], 
             if mine:
                 total = sum(int(v["bytes"]) for v in mine)
                 state = sum(int(v["bytes"]) for v in mine if v.get("kind") == "optimizer")
-                of_which = f" ({state:,} optimizer state)" if state else ""
-                rows.append(f'<text x="{bx + 6}" y="{by + 60}">{len(mine)} variables, {total:,} bytes{of_which}</text>')
+                rows.append(f'<text x="{bx + 6}" y="{by + 60}">{len(mine)} variables, {total:,} bytes</text>')
+                if state:
+                    rows.append(f'<text x="{bx + 6}" y="{by + 75}">of which {state:,} bytes optimizer state</text>')
         y += host_h + 8
     if links:  # the network (the test bed's bridge) every link joins
         rows.insert(0, f'<rect x="4" y="8" width="14" height="{y - 16}" rx="3" fill="#555"/>'
@@ -355,20 +378,22 @@ def snapshot_html(run: Any, status: str) -> str:
         glob = h.groupby("step").loss.mean()
         series.append(("global (smoothed)", glob.index.values, ema(glob.values, 0.9)))
         ev = run.evaluations
-        parts.append(line_chart(series, "Loss", "step", "loss",
-                                points=[("test accuracy", ev.step.values, ev.test_accuracy.values)] if len(ev) else ()))
+        parts.append(svg_img(line_chart(series, "Loss", "step", "loss", points=[
+            ("test accuracy", ev.step.values, ev.test_accuracy.values)] if len(ev) else ()), "loss chart"))
         if many:
             q = h.groupby("step").examples_per_s.quantile([0.1, 0.5, 0.9]).unstack()
             thr = [(f"workers {int(p * 100)}%", q.index.values, q[p].values) for p in (0.1, 0.5, 0.9)]
         else:
             thr = [(w, g.step.values, g.examples_per_s.values) for w, g in h.groupby("worker")]
-        parts.append(line_chart(thr, "Throughput per worker", "step", "examples/s"))
+        parts.append(svg_img(line_chart(thr, "Throughput per worker", "step", "examples/s"), "throughput chart"))
     parts.append("</div>")
+    if len(h):
+        parts.append(f"<div class='wb-first-call' style='color:#555'>{FIRST_CALL_NOTE}</div>")
     if hasattr(run, "anatomy"):
         parts.append(inside_step_html(run))
     tasks, variables = placement_tables(run.placement)
     if tasks:
-        parts.append(placement_svg(tasks, variables, links=link_state(run)))
+        parts.append(svg_img(placement_svg(tasks, variables, links=link_state(run)), "device placement"))
         per = bytes_per_task(variables)
         if per:
             parts.append("<div>bytes of variables per task: " +
