@@ -46,7 +46,11 @@ def pytest_unconfigure(config):
     from IPython.core.interactiveshell import InteractiveShell
 
     if InteractiveShell.initialized():
-        InteractiveShell.instance().atexit_operations()
+        import atexit
+
+        shell = InteractiveShell.instance()
+        shell.atexit_operations()  # now, not at exit: once
+        atexit.unregister(shell.atexit_operations)
     shutil.rmtree(_HOME, ignore_errors=True)
 
 

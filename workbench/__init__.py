@@ -32,6 +32,7 @@ _HOMES = {
     "ClusterError": "workbench.errors",
     "ClusterStartTimeout": "workbench.errors",
     "EngineError": "workbench.errors",
+    "ProfilerCrashed": "workbench.errors",
     "RunStalled": "workbench.errors",
     "RunStopped": "workbench.errors",
     "TestbedError": "workbench.errors",

@@ -117,6 +117,10 @@ def run_figures(steps: "np.typing.ArrayLike", times: "np.typing.ArrayLike", step
 def recent_steps_per_s(steps: "np.typing.ArrayLike", times: "np.typing.ArrayLike", window: float = RECENT_S) -> float:
     """The live steps/s: ``steps_per_s`` over the steps that ended in the last ``window``
     seconds before the newest step's end (NaN for fewer than two such steps)."""
+    steps, times = np.asarray(steps, dtype=np.int64), np.asarray(times, dtype=float)
+    if len(times):  # a step ends at its latest row: rows older than the window end no step in it
+        inside = times >= times.max() - window  # (the CLI asks 5 times a second: sort the window only)
+        steps, times = steps[inside], times[inside]
     s, ends = step_ends(steps, times)
     keep = ends >= (ends[-1] - window) if len(ends) else ends.astype(bool)
     return steps_per_s(s[keep], ends[keep])

@@ -119,6 +119,9 @@ def gpus() -> list[int]:
         return []
 
 
+ENGINE_PID_FILE = ".engine-pid"  # in its TMPDIR: whose it is (kernel/processes.sweep_engine_tmpdirs)
+
+
 def configure(env: dict[str, str]) -> int:
     """Set the engine's lifetime environment. All of it but ``TMPDIR`` (read when a
     temporary file is made) must be set before TensorFlow is imported. Returns the engine's pid."""
@@ -130,6 +133,8 @@ def configure(env: dict[str, str]) -> int:
             )
     os.environ.update(env)
     os.makedirs(env["TMPDIR"], exist_ok=True)
+    with open(os.path.join(env["TMPDIR"], ENGINE_PID_FILE), "w") as f:  # for the sweep of a killed engine's
+        f.write(str(os.getpid()))
     tempfile.tempdir = None  # re-read TMPDIR
     if not _own_tmpdir:  # the engine removes it when it exits, whoever stops it (an attached cluster's ipcluster too)
         atexit.register(remove_tmpdir)

@@ -13,7 +13,7 @@ from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, inv
 from workbench.kernel import home, launchers, live, reaper, recorded, remote, zygote
 from workbench.kernel.launch import launch as start_run
 from workbench.kernel.pool import EnginePool
-from workbench.kernel.processes import alive, family, reap, remove_engine_tmpdirs
+from workbench.kernel.processes import alive, family, reap, remove_engine_tmpdirs, sweep_engine_tmpdirs
 from workbench.kernel.run import Run
 from workbench.kernel import train as training
 from workbench.store import ClusterRecord, Home
@@ -108,6 +108,7 @@ class Cluster:
         import ipyparallel as ipp
 
         _stop_all_at_exit()
+        sweep_engine_tmpdirs()  # those of killed engines, this kernel's or another's
         if self.attached:
             try:
                 self.client = ipp.Client(profile=self.profile, cluster_id=self._find_cluster_id())

@@ -3,6 +3,7 @@
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Callable, Iterable
 
 from workbench.common.pids import alive
@@ -57,3 +58,28 @@ def remove_engine_tmpdirs(cluster_tag: str, tmps: Iterable[str] = ()) -> None:
     for tmp in {tempfile.gettempdir(), *tmps}:
         for path in glob.glob(engine_tmpdir(tmp, cluster_tag, "*")):
             shutil.rmtree(path, ignore_errors=True)
+
+
+def sweep_engine_tmpdirs() -> list[str]:
+    """Remove the private TMPDIRs, under this machine's temp directory, of engines whose
+    process is gone: those that exited remove their own, but one killed (SIGKILL, by its
+    owner's ``ipcluster``, a job's end or the OOM killer) cannot. An engine writes its PID
+    there first (``inventory.configure``); a directory without it is starting. Returns what
+    was removed."""
+    import glob
+    import shutil
+    import tempfile
+
+    from workbench.common.roles import engine_tmpdir
+    from workbench.engine.inventory import ENGINE_PID_FILE
+
+    removed = []
+    for path in glob.glob(engine_tmpdir(tempfile.gettempdir(), "*", "*")):
+        try:
+            pid = int(Path(path, ENGINE_PID_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if not alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed

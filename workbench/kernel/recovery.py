@@ -16,7 +16,7 @@ from typing import Any
 import cloudpickle
 
 from workbench.engine import entry
-from workbench.errors import EngineError, RunStalled
+from workbench.errors import EngineError, ProfilerCrashed, RunStalled
 from workbench.kernel.remote import answer, unreachable
 
 
@@ -92,8 +92,12 @@ class EngineWatch:
                 why = (f"its host {host} is unreachable: {task.target} does not answer from here (a machine "
                        "down or a link cut)")
         output = run.cluster.engine_output(task.engine_id) if pool.is_local(task.engine_id) else ""
+        kind = EngineError
+        if crashed_in_profiler(output):
+            kind, why = ProfilerCrashed, ("it crashed inside TensorFlow's profiler as run.profile()'s trace "
+                                          "stopped (a TF bug, see wb.ProfilerCrashed)")
         output = f"\nIts last output:\n{output}" if output else ""
-        return EngineError(
+        return kind(
             f"{name} (engine {task.engine_id}{where}, pid {getattr(info, 'pid', '?')}) was lost at step "
             f"{run.step}: {why}. The run stopped; {resume}. run.resume() starts its tasks on fresh "
             f"engines and continues from there.{output}",
@@ -148,3 +152,15 @@ class EngineWatch:
         deadline = time.monotonic() + timeout
         for thread in list(self._threads.values()):
             thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def crashed_in_profiler(output: str) -> bool:
+    """Does an engine's last output (``Cluster.engine_output``) show its process dying of a
+    fatal signal inside TF's profiler (``wb.ProfilerCrashed``), per its ``faulthandler``
+    report of the crashing thread?"""
+    crash = output.rfind("Fatal Python error")
+    current = output.find("Current thread", crash)
+    if crash < 0 or current < 0:
+        return False
+    frames = output[current:].split("\n\n", 1)[0]  # that thread's stack, innermost frame first
+    return "tensorflow/python/profiler/" in frames.split("\n", 2)[1] if "\n" in frames else False

@@ -262,7 +262,11 @@ class Run:
         seconds per step its op kernels spent in ``input``, ``compute`` and
         ``communication`` (``workbench.engine.profile`` classifies the ops; concurrent ops
         each count once). A parameter-server run is traced where its steps execute: its
-        worker and PS engines' servers (``kernel/profiling.py``); its chief is not."""
+        worker and PS engines' servers (``kernel/profiling.py``); its chief is not.
+
+        TensorFlow's profiler itself can crash a task as the trace stops (a TF bug, about
+        1 trace in 27 of a 2-worker MWMS run here): the run then fails with
+        ``wb.ProfilerCrashed``, and ``run.resume()`` continues it."""
         import pandas as pd
 
         from workbench.common import validate

@@ -1,0 +1,18 @@
+"""How a lost engine's crash is named, from what its process wrote as it died."""
+
+from pathlib import Path
+
+from workbench.kernel.recovery import crashed_in_profiler
+
+# what a worker engine's log held after TF 2.21's profiler crashed it as a trace stopped
+# (faulthandler's report, as Cluster.engine_output returns it; other threads' stacks cut)
+PROFILER_CRASH = (Path(__file__).parent / "data" / "profiler_crash.txt").read_text()
+
+
+def test_a_crash_inside_tfs_profiler_is_told_apart_from_other_deaths():
+    assert crashed_in_profiler(PROFILER_CRASH)
+    # the profiler only in another thread's stack, or no fatal signal at all: not this crash
+    other = PROFILER_CRASH.replace("Current thread", "Thread").replace("Thread 0x00007fb6d2afd6c0", "Current thread 0x1")
+    assert not crashed_in_profiler(other)
+    assert not crashed_in_profiler(PROFILER_CRASH.replace("Fatal Python error", "Warning"))
+    assert not crashed_in_profiler("2026-11-24 00:24:44.032 [IPEngine.1] Completed registration with id 1")
