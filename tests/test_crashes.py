@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from workbench.kernel.recovery import crashed_in_profiler
+from workbench.kernel.recovery import crashed_in_profiler, log_tail
 
 # what a worker engine's log held after TF 2.21's profiler crashed it as a trace stopped
 # (faulthandler's report, as Cluster.engine_output returns it; other threads' stacks cut)
@@ -16,3 +16,13 @@ def test_a_crash_inside_tfs_profiler_is_told_apart_from_other_deaths():
     assert not crashed_in_profiler(other)
     assert not crashed_in_profiler(PROFILER_CRASH.replace("Fatal Python error", "Warning"))
     assert not crashed_in_profiler("2026-11-24 00:24:44.032 [IPEngine.1] Completed registration with id 1")
+
+
+def test_a_crashed_engines_log_ends_with_the_signal_and_the_crashing_threads_frames():
+    log = ("2026-11-24 00:24:44.032 [IPEngine.1] Completed registration with id 1\n"
+           + "2026-11-24 00:24:45.000 [IPEngine.1] Handling apply_request: abc\n" * 5 + PROFILER_CRASH)
+    tail = log_tail(log, lines=3).splitlines()
+    assert tail[0] == "Fatal Python error: Aborted" and tail[1].startswith("Current thread")
+    assert len(tail) == 5 and "profiler_v2.py" in tail[2] and crashed_in_profiler("\n".join(tail))
+    alive = log_tail(log.split("Fatal")[0], lines=3)
+    assert alive == "2026-11-24 00:24:44.032 [IPEngine.1] Completed registration with id 1"

@@ -10,7 +10,7 @@ from workbench.common import roles, strategies
 from workbench.common import validate
 from workbench.datasets import Data
 from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, invalid
-from workbench.kernel import home, launchers, live, reaper, recorded, remote, zygote
+from workbench.kernel import home, launchers, live, reaper, recorded, recovery, remote, zygote
 from workbench.kernel.launch import launch as start_run
 from workbench.kernel.pool import EnginePool
 from workbench.kernel.processes import alive, family, reap, remove_engine_tmpdirs, sweep_engine_tmpdirs
@@ -363,9 +363,8 @@ class Cluster:
         return "\n".join(out)
 
     def engine_output(self, engine_id: int, lines: int = 12) -> str:
-        """The last ``lines`` lines an engine this kernel started on this machine wrote (its
-        log file: ipyparallel's log lines, and what the process printed before it died), without its per-request lines;
-        from its last "Fatal Python error" on when it crashed (``faulthandler``); "" when unknown."""
+        """The end of the log of an engine this kernel started on this machine (ipyparallel's
+        lines and what the process printed: ``recovery.log_tail``); "" when unknown."""
         if self._ipp is None:
             return ""
         mark = f"Completed registration with id {engine_id}\n"
@@ -377,9 +376,7 @@ class Cluster:
                 except OSError:
                     continue
                 if mark in text:
-                    kept = [line for line in text.splitlines() if "Handling apply_request" not in line]
-                    crash = [i for i, line in enumerate(kept) if line.startswith("Fatal Python error")]
-                    return "\n".join(kept[crash[-1]:crash[-1] + 3 * lines] if crash else kept[-lines:])
+                    return recovery.log_tail(text, lines)
         return ""
 
     @property

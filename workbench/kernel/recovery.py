@@ -164,3 +164,16 @@ def crashed_in_profiler(output: str) -> bool:
         return False
     frames = output[current:].split("\n\n", 1)[0]  # that thread's stack, innermost frame first
     return "tensorflow/python/profiler/" in frames.split("\n", 2)[1] if "\n" in frames else False
+
+
+def log_tail(text: str, lines: int = 12) -> str:
+    """The end of an engine's log (``Cluster.engine_output``): its last ``lines`` lines
+    without the per-request ones; for a process that crashed, ``faulthandler``'s "Fatal
+    Python error" line and the crashing thread's innermost ``lines`` frames."""
+    kept = [line for line in text.splitlines() if "Handling apply_request" not in line]
+    crash = [i for i, line in enumerate(kept) if line.startswith("Fatal Python error")]
+    if not crash:
+        return "\n".join(kept[-lines:])
+    report = kept[crash[-1]:]
+    at = next((i for i, line in enumerate(report) if line.startswith("Current thread")), 0)
+    return "\n".join([report[0], *report[at:at + 1 + lines]] if at else report[:1 + lines])
