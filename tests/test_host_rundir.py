@@ -8,6 +8,7 @@ tasks' metrics (what the panel and other processes read), each checkpoint of the
 it is saved, and a STOP file from the CLI or the panel forwarded to the hosts."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -113,6 +114,75 @@ def test_the_cli_stops_a_run_on_hosts_without_the_run_directory_whose_files_arri
     again = subprocess.run([sys.executable, "-m", "workbench", "stop", run.id], capture_output=True, text=True,
                            timeout=60)
     assert again.returncode == 2 and f"Expected a running run. Run {run.id} is stopped." in again.stderr
+
+
+ATTACHED_KERNEL = """
+import time
+import workbench as wb
+
+cluster = wb.Cluster(profile={profile!r}).start()
+run = cluster.train(wb.models.mlp((16,)), wb.datasets.digits(), strategy="multi_worker_mirrored", workers=2,
+                    global_batch_size=32, steps=10**7, checkpoint_every=50, dashboard=False)
+print(run.run_dir, flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def test_a_run_another_kernel_picks_up_keeps_its_copy_current_and_forwards_the_clis_stop(bed):
+    """An attached cluster (engines outlive kernels) on hosts without the run directory: the
+    run's own kernel dies, another attaches and wb.load()s it live. That kernel now copies
+    the tasks' metrics and the chief's checkpoints here, and forwards the CLI's STOP file."""
+    import ipyparallel as ipp
+    from IPython.paths import get_ipython_dir
+
+    from checks import stop_process_tree
+    from workbench.kernel import remote
+
+    profile = f"wb-unshared-{os.getpid()}"
+    options = bed.ssh_cluster(1)
+    options.pop("launcher")
+    remote.configure_ssh(options, options.pop("hosts"), "local", 120)
+    owner = ipp.Cluster(n=2, profile_dir=os.path.join(get_ipython_dir(), f"profile_{profile}"), log_level=40,
+                        **options)
+    owner.start_cluster_sync()
+    try:
+        client = owner.connect_client_sync()
+        client.wait_for_engines(2, timeout=120, interactive=False)
+        client.close()
+        kernel = subprocess.Popen([sys.executable, "-c", ATTACHED_KERNEL.format(profile=profile)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            run_dir = kernel.stdout.readline().strip()
+            assert run_dir, kernel.stderr.read()[-3000:]
+            store = RunDir(run_dir)
+            wait_for(lambda: copied_step(store) > 100, 180, lambda: "steps copied by the run's own kernel")
+        finally:
+            stop_process_tree(kernel, "the run's own kernel", ask=signal.SIGKILL)
+        run_id = os.path.basename(run_dir)
+        with wb.Cluster(profile=profile) as attached:
+            run = wb.load(run_id)
+            assert not run.done and run.unshared_hosts == ["h1", "h2"], run
+            # this kernel owns it now (the panel and the CLI see it running), and gets the tasks' publishes
+            assert next(r for r in Records().state()["runs"] if r["run_id"] == run_id)["status"] == "running"
+            copied = copied_step(store)
+            wait_for(lambda: copied_step(store) > copied + 100 and (store.checkpoint_step() or 0) > copied, 120,
+                     lambda: f"this kernel's copy going past step {copied}: {copied_step(store)}, "
+                             f"checkpoint {store.checkpoint_step()}")
+            assert not run.done, run._error
+            out = subprocess.run([sys.executable, "-m", "workbench", "stop", run_id], capture_output=True, text=True,
+                                 timeout=120)
+            assert out.returncode == 0, (out.stderr[-3000:], run._error)
+            assert run.join(30) and run.stopped and run.error is None, run
+            assert store.checkpoint_step() == run.final_step
+            assert attached.attached
+    finally:
+        owner.stop_cluster_sync()
+
+
+def copied_step(store):
+    """The last step any task's metrics file here holds (0 before the first)."""
+    return max((r["step"] for r in store.read_metrics({})["rows"]), default=0)
 
 
 def test_a_lost_chief_host_loses_only_the_steps_since_its_last_checkpoint(cluster, bed):

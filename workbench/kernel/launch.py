@@ -66,6 +66,7 @@ def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = Non
     if cluster.attached:  # its engines outlive this kernel: a later one re-attaches by message id
         record = run_dir.read_run()
         record["msg_ids"] = {name: ar.msg_ids[0] for name, ar in ordered.items()}
+        record["session"] = cluster.client.session.session  # whose publishes they are (reattach.py)
         run_dir.write_run(record)
     run = Run(cluster, job, tasks, ordered, stall_timeout=stall_timeout, start_timeout=start_timeout,
               unshared=unshared)

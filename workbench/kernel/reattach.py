@@ -4,6 +4,7 @@ whose kernel went away. Engines of such a cluster outlive kernels, and ipyparall
 keeps every task's result: the run is watched again through its tasks' message ids
 (``run.json``), its rows read back from its metrics files."""
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -48,11 +49,18 @@ def _reattach(cluster: Any, run_dir: Path, started: dict, msg_ids: dict[str, str
     cluster.pool.adopt(job.tasks, pids)
     # the run's watcher thread polls the hub: on a client of its own (clients are not thread-safe)
     watcher = cluster.new_client()
+    if started.get("session"):  # a client drops IOPub messages of other sessions: the tasks' publishes
+        watcher.session.session = started["session"]  # (rows, checkpoints for hosts without the run dir)
     results = {t.name: watcher.get_result(msg_ids[t.name], block=False) for t in job.tasks}
     offsets = {}
+    # hosts without the run directory: this kernel now keeps its copy current and forwards a STOP file
     run = Run(cluster, job, job.tasks, results, stall_timeout=60.0, start_timeout=180.0,
-              started=started.get("started"), tail=lambda: RunDir(run_dir).read_metrics(offsets))
+              started=started.get("started"), tail=lambda: RunDir(run_dir).read_metrics(offsets),
+              unshared=job.unshared_hosts)
     cluster.runs.append(run)
+    # this kernel watches it now: the records (wb.runs(), the panel, the CLI's stop) say running again
+    started.update(kernel_pid=os.getpid(), notebook=os.environ.get("JPY_SESSION_NAME"))
+    RunDir(run_dir).write_run(started)
 
     def close():
         run.join()
