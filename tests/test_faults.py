@@ -45,7 +45,8 @@ def start(cluster, strategy, steps=STEPS, **kw):
 # From the kill to the replacement's first step, measured here: 2.3 s idle, 2.9 s with two
 # busy loops on the 2 cores, on the cluster's spare engine. Before it (a new engine started
 # and importing TF after the loss) 6.6 s idle, 13.7 s with the busy loops, and ~36 s in
-# walkthrough 07 on a machine loaded by a whole test run (issue 19).
+# walkthrough 07 on a machine loaded by a whole test run (issue 19). Forked from the
+# cluster's zygote instead of a spare: 3.8 and 3.9 s, with a whole test run on the 2 cores.
 REPLACED_WITHIN = 30
 
 
@@ -68,6 +69,7 @@ def test_a_lost_parameter_server_worker_is_replaced_promptly_and_shown(cluster):
     run = start(cluster, "parameter_server", steps=1_000_000)  # stopped once the replacement has stepped
     dash = run.dashboard(interval=0.25)
     dead = cluster.engine_info[next(t for t in run.tasks if t.name == "worker:1").engine_id].pid
+    dead_parent = psutil.Process(dead).ppid()  # the zygote, if the engines fork from one
     killed_at = time.time()
     lost = kill(cluster, run, "worker", 1)
     try:
@@ -90,8 +92,13 @@ def test_a_lost_parameter_server_worker_is_replaced_promptly_and_shown(cluster):
     new = next(t for t in run.tasks if (t.role, t.index) == ("worker", 1))
     assert new.engine_id != lost.engine_id and new.target == lost.target, "same port, new engine"
     pid = cluster.engine_info[new.engine_id].pid
-    # the replacement is the spare started with the run, not a process started after the loss
-    assert psutil.Process(pid).create_time() < killed_at
+    print(f"the replacement's first step came {first - killed_at:.1f} s after the kill")
+    # the replacement imported TF before the loss: a fork of the cluster's zygote, or else the
+    # spare started with the run (Cluster.keep_standby), not a process started after the loss
+    if cluster.started_by_zygote:
+        assert psutil.Process(pid).ppid() == psutil.Process(dead_parent).pid
+    else:
+        assert psutil.Process(pid).create_time() < killed_at
     # every view shows the replacement, none the dead engine
     tasks = run.placement[run.placement.variable.isna()].set_index(["role", "task"])
     assert tuple(tasks.loc[("worker", 1), ["engine", "pid"]]) == (new.engine_id, pid)

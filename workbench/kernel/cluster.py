@@ -592,8 +592,10 @@ class Cluster:
         TensorFlow already instead of waiting for a new process to start and import it
         (seconds on an idle machine, tens of seconds on a loaded one: issue 19). The
         engine each recycling starts becomes the next spare. Costs one idle engine process
-        (TF imported: ~0.4 GB). Other launchers and attached clusters keep none."""
-        if self._ipp is None or self.launcher != "local" or launchers.is_mpi(self._ipp):
+        (TF imported: ~0.4 GB). Other launchers and attached clusters keep none, nor do
+        clusters whose engines fork from a zygote (``kernel/zygote.py``): a replacement
+        forked there has TensorFlow imported too, and starts as soon as a spare would."""
+        if self._ipp is None or self.launcher != "local" or launchers.is_mpi(self._ipp) or self._zygote is not None:
             return
         taken = {e.pid for e in self.pool.info.values()}
         started = set().union(*(remote.local_pids(s) for s in self._ipp.engines.values()))
