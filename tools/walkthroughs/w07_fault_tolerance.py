@@ -37,9 +37,10 @@ def engine_pid(run, role, index):
 Four engines: chief, `ps:0`, `worker:0`, `worker:1`. Once the run is under way, kill
 `worker:1`'s engine. TensorFlow's coordinator re-runs the lost worker's unfinished steps on
 `worker:0` and keeps trying the lost address; the workbench notices the dead engine, starts
-the same worker task **on the same port** on a spare engine it keeps ready for
-parameter-server runs (TensorFlow already imported there), and the coordinator picks it up
-again. The dashboard below shows the loss, the replacement in the tasks' states and the
+the same worker task **on the same port** on a new engine, forked from the cluster's
+zygote, a process that imported TensorFlow once for all its engines (where engines cannot
+fork, as with GPUs, a spare engine kept ready for parameter-server runs), and the
+coordinator picks it up again. The dashboard below shows the loss, the replacement in the tasks' states and the
 placement picture with the new engine.
 """),
         code("""

@@ -201,7 +201,7 @@ def placement_svg(tasks: list[dict[str, Any]], variables: list[dict[str, Any]], 
     if busiest is not None and links[busiest]["bytes_per_s"] <= 0:
         busiest = None  # nothing moved: no link is the busiest
     left = 170 if links else 4  # the network and the links, left of the hosts
-    box_w, box_h, gap = 170, 88, 10  # five lines of text at most, each inside its box
+    box_w, box_h, gap = 190, 88, 10  # five lines of text at most, each inside its box
     rows = []
     y = 8
     for host, ts in by_host.items():
@@ -230,7 +230,7 @@ def placement_svg(tasks: list[dict[str, Any]], variables: list[dict[str, Any]], 
                 state = sum(int(v["bytes"]) for v in mine if v.get("kind") == "optimizer")
                 rows.append(f'<text x="{bx + 6}" y="{by + 60}">{len(mine)} variables, {total:,} bytes</text>')
                 if state:
-                    rows.append(f'<text x="{bx + 6}" y="{by + 75}">of which {state:,} bytes optimizer state</text>')
+                    rows.append(f'<text x="{bx + 6}" y="{by + 75}">optimizer state: {state:,} bytes</text>')
         y += host_h + 8
     if links:  # the network (the test bed's bridge) every link joins
         rows.insert(0, f'<rect x="4" y="8" width="14" height="{y - 16}" rx="3" fill="#555"/>'
