@@ -326,7 +326,11 @@ def until_next(done: int, *intervals: int) -> int:
 def save(t: Training, done: int, **info: Any) -> None:
     """The checkpoint of step ``done``, and its event. A chief on a host that does not see
     the kernel's run directory sends the checkpoint's files and the TensorBoard logs to the
-    kernel first (``Publisher.send_files``): a host lost later loses only the steps since."""
+    kernel first (``Publisher.send_files``): a host lost later loses only the steps since.
+    The rows up to ``done`` reach the metrics file first: a process killed between the two
+    left a checkpoint at step 400 and rows only to 394 (they waited in the file's buffer),
+    steps a resume from that checkpoint would never report."""
+    t.pub.flush(force=True)
     t.manager.save(checkpoint_number=done)
     if t.ctx.is_chief and t.ctx.task.host in t.job.unshared_hosts:
         t.board.flush()
