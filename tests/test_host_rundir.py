@@ -7,6 +7,7 @@ While the run trains, the kernel keeps its copy current (``kernel/unshared.py``)
 tasks' metrics (what the panel and other processes read), each checkpoint of the chief as
 it is saved, and a STOP file from the CLI or the panel forwarded to the hosts."""
 
+import glob
 import os
 import signal
 import subprocess
@@ -178,6 +179,11 @@ def test_a_run_another_kernel_picks_up_keeps_its_copy_current_and_forwards_the_c
             assert attached.attached
     finally:
         owner.stop_cluster_sync()
+        # its MWMS engines were slow to exit and were killed: their TMPDIRs stay for a sweep
+        from workbench.kernel.processes import sweep_engine_tmpdirs
+
+        wait_for(lambda: not sweep_engine_tmpdirs() and not glob.glob(f"/tmp/workbench-{profile}-engine*"), 60,
+                 lambda: f"the TMPDIRs of {profile}'s engines swept: {glob.glob(f'/tmp/workbench-{profile}-engine*')}")
 
 
 def copied_step(store):
