@@ -53,31 +53,35 @@ def hosts_of(run):
     return out
 
 
-def all_replaced(run, names):
-    """Have ``names`` all been replaced (a worker_replaced event each)?"""
-    ev = run.events
-    return "task" in ev and set(names) <= set(ev[ev.kind == "worker_replaced"].task)
+def stop_once_replaced(run, lost, timeout):
+    """Wait until the tasks ``lost`` are replaced (a worker_replaced event each) and the run
+    has gone 100 steps further, then stop it: it stopped cleanly, every step reported once.
+    (The runs are long: where engines registered in another order, the host that holds only
+    workers holds one of the two, and the other worker alone outran the loss being noticed,
+    ~4 s by heartbeat, before a short run ended.)"""
+    def replaced():
+        ev = run.events
+        return "task" in ev and set(lost) <= set(ev[ev.kind == "worker_replaced"].task)
 
-
-def test_a_lost_host_of_parameter_server_workers_is_replaced_there_and_the_run_completes(cluster, bed):
-    # the run is long: where engines registered in another order, the host that holds only
-    # workers holds one of the two, and the other worker alone outran the loss being
-    # noticed (~4 s, by heartbeat) before the run ended. Stopped once the replacements are in.
-    run = start(cluster, "parameter_server", steps=1_000_000)
-    placed = hosts_of(run)
-    host = next(h for h, names in placed.items() if all(n.startswith("worker:") for n in names))
-    lost = sorted(placed[host])
-    before = {t.name: t for t in run.tasks}
-    killed = bed.kill_engines(host)
-    assert len(killed) >= len(lost)
     try:
-        wait_for(lambda: all_replaced(run, lost) or run.done, 300, lambda: f"{lost} replaced; events {run.events}")
+        wait_for(lambda: replaced() or run.done, timeout, lambda: f"{lost} replaced; events {run.events}")
         reached = run.step
         wait_for(lambda: run.step >= reached + 100 or run.done, 120, lambda: f"steps past {reached}: at {run.step}")
     finally:
         run.stop()
     assert run.stopped and run.error is None, run.error
     assert sorted(run.history.step) == list(range(1, run.final_step + 1)), "every step reported exactly once"
+
+
+def test_a_lost_host_of_parameter_server_workers_is_replaced_there_and_the_run_completes(cluster, bed):
+    run = start(cluster, "parameter_server", steps=1_000_000)  # stopped once replaced (stop_once_replaced)
+    placed = hosts_of(run)
+    host = next(h for h, names in placed.items() if all(n.startswith("worker:") for n in names))
+    lost = sorted(placed[host])
+    before = {t.name: t for t in run.tasks}
+    killed = bed.kill_engines(host)
+    assert len(killed) >= len(lost)
+    stop_once_replaced(run, lost, timeout=300)
     ev = run.events
     assert sorted(ev[ev.kind == "worker_lost"].task) == lost
     assert sorted(ev[ev.kind == "worker_replaced"].task) == lost, ev[ev.kind.str.startswith("worker")]
@@ -93,10 +97,9 @@ def test_the_kill_engines_button_loses_a_hosts_workers_and_the_parameter_server_
     """Pressed as a user would, on a live parameter-server run's dashboard: every engine of
     a host that holds only workers is killed; the events record the injection (host, PIDs,
     step), then each of its workers lost and replaced on that host, in that order; the run
-    completes with every step reported once."""
-    steps = 1_000_000  # stopped once the lost workers are replaced and stepping (see the test above)
+    goes on and stops cleanly with every step reported once."""
     run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
-                        steps=steps, learning_rate=0.05, checkpoint_every=0)
+                        steps=1_000_000, learning_rate=0.05, checkpoint_every=0)  # stopped once replaced
     faults = run.dashboard().faults
     assert faults is not None, "a run on the bed's hosts has the fault controls"
     wait_for(lambda: run.step >= 20 or run.done, 120, lambda: f"step 20; at {run.step}")
@@ -108,14 +111,7 @@ def test_the_kill_engines_button_loses_a_hosts_workers_and_the_parameter_server_
     faults.host.value = host
     faults.kill.click()
     assert faults.result.value.startswith(f"{host}: killed {len(lost)} engine"), faults.result.value
-    try:
-        wait_for(lambda: all_replaced(run, lost) or run.done, 240, lambda: f"{lost} replaced; events {run.events}")
-        reached = run.step
-        wait_for(lambda: run.step >= reached + 100 or run.done, 120, lambda: f"steps past {reached}: at {run.step}")
-    finally:
-        run.stop()
-    assert run.stopped and run.error is None, run.error
-    assert sorted(run.history.step) == list(range(1, run.final_step + 1)), "every step reported exactly once"
+    stop_once_replaced(run, lost, timeout=240)
     ev = run.events
     injected = ev[ev.kind == "injected"]
     assert list(injected.fault) == ["kill_engines"] and list(injected.host) == [host]

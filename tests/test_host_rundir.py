@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -182,8 +183,11 @@ def test_a_run_another_kernel_picks_up_keeps_its_copy_current_and_forwards_the_c
         # its MWMS engines were slow to exit and were killed: their TMPDIRs stay for a sweep
         from workbench.kernel.processes import sweep_engine_tmpdirs
 
-        wait_for(lambda: not sweep_engine_tmpdirs() and not glob.glob(f"/tmp/workbench-{profile}-engine*"), 60,
-                 lambda: f"the TMPDIRs of {profile}'s engines swept: {glob.glob(f'/tmp/workbench-{profile}-engine*')}")
+        from workbench.common.roles import engine_tmpdir
+
+        theirs = engine_tmpdir(tempfile.gettempdir(), profile, "*")
+        wait_for(lambda: not sweep_engine_tmpdirs() and not glob.glob(theirs), 60,
+                 lambda: f"the TMPDIRs of {profile}'s engines swept: {glob.glob(theirs)}")
 
 
 def copied_step(store):

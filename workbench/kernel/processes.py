@@ -1,7 +1,10 @@
 """Processes this kernel started: liveness, descendants, reaping. Local PIDs only."""
 
+import glob
 import os
+import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -49,10 +52,6 @@ def remove_engine_tmpdirs(cluster_tag: str, tmps: Iterable[str] = ()) -> None:
     """Remove the private TMPDIRs of a cluster's engines (``roles.engine_tmpdir``) under
     this machine's temp directory and ``tmps``; the tag is that cluster's alone, so no
     other cluster's files match."""
-    import glob
-    import shutil
-    import tempfile
-
     from workbench.common.roles import engine_tmpdir
 
     for tmp in {tempfile.gettempdir(), *tmps}:
@@ -66,10 +65,6 @@ def sweep_engine_tmpdirs() -> list[str]:
     owner's ``ipcluster``, a job's end or the OOM killer) cannot. An engine writes its PID
     there first (``inventory.configure``); a directory without it is starting. Returns what
     was removed."""
-    import glob
-    import shutil
-    import tempfile
-
     from workbench.common.roles import engine_tmpdir
     from workbench.engine.inventory import ENGINE_PID_FILE
 

@@ -162,8 +162,8 @@ def crashed_in_profiler(output: str) -> bool:
     current = output.find("Current thread", crash)
     if crash < 0 or current < 0:
         return False
-    frames = output[current:].split("\n\n", 1)[0]  # that thread's stack, innermost frame first
-    return "tensorflow/python/profiler/" in frames.split("\n", 2)[1] if "\n" in frames else False
+    innermost = (output[current:].splitlines() + [""])[1]  # the frame after the thread's header line
+    return "tensorflow/python/profiler/" in innermost
 
 
 def log_tail(text: str, lines: int = 12) -> str:
