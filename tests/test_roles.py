@@ -145,3 +145,21 @@ def test_tf_ports_come_from_below_the_ephemeral_range_so_no_outgoing_connection_
     for p in ports:  # free on every interface, as TF's server needs
         with socket.socket() as s:
             s.bind(("", p))
+
+
+def test_a_topology_run_again_after_its_engines_were_replaced_keeps_them():
+    """One engine per host; the run's engines were replaced (recycled from another
+    topology), each new one on its old one's host and port, but with ids in another order
+    than the hosts'. Run again, the same topology must land on the same engines: spreading
+    over hosts ordered by engine id put the chief elsewhere, and every parameter-server
+    re-run across hosts restarted all its engines (~20 s each over SSH)."""
+    a = strategies.spec("parameter_server")
+    old = [roles.EngineInfo(i, h, f"10.0.0.{i + 1}", i, 5000 + i) for i, h in enumerate(["h2", "h4", "h3", "h1"])]
+    tasks = roles.plan(old, a.roles, 1, 2, a.multi_engine)
+    new_id = {0: 6, 1: 5, 2: 4, 3: 7}  # as the replacements registered
+    new = [roles.EngineInfo(new_id[e.id], e.host, e.address, 100 + e.id, e.port) for e in old]
+    ran = [roles.Task(new_id[t.engine_id], t.role, t.index, t.host, t.target, t.tf_config) for t in tasks]
+    state = {t.engine_id: roles.fingerprint(t) for t in ran}
+    again = roles.best_plan(new, state, [t.engine_id for t in ran], a.roles, 1, 2, a.multi_engine)
+    assert roles.engines_to_recycle(again, state) == []
+    assert [(t.name, t.engine_id) for t in again] == [(t.name, t.engine_id) for t in ran]

@@ -101,10 +101,10 @@ def assign(engines: Sequence[EngineInfo], roles: Sequence[str], workers: int,
 
 
 def _interleave_hosts(engines):
-    by_host = {}
+    by_host = {}  # hosts in the order their first engine comes: a previous run's order is kept
     for e in engines:
         by_host.setdefault(e.host, []).append(e)
-    hosts = sorted(by_host, key=lambda h: by_host[h][0].id)
+    hosts = list(by_host)
     out = []
     while any(by_host.values()):
         for h in hosts:
