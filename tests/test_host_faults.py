@@ -73,6 +73,27 @@ def stop_once_replaced(run, lost, timeout):
     assert sorted(run.history.step) == list(range(1, run.final_step + 1)), "every step reported exactly once"
 
 
+def test_engines_killed_right_before_a_run_are_replaced_on_their_host_and_it_trains(cluster, bed):
+    """A host's engines killed just before a run, before the controller's heartbeat notices
+    (~4 s): the run's first question to them (does their host see the run directory?)
+    finds them gone; they are replaced on their host and the run trains. (Once a
+    parameter-server run ended inside that window, and the next ``train()`` failed with
+    ipyparallel's CompositeError.) First in this file: its engines are fresh, so the plan
+    restarts none of them before asking."""
+    host = "h3"  # two engines; the run takes all four
+    lost = {e for e, info in cluster.engine_info.items() if info.host == host}
+    assert len(lost) == 2 and all(cluster.pool.state(e).fresh for e in cluster.engine_info)
+    killed = bed.kill_engines(host)
+    assert lost <= set(cluster.client.ids), "still registered: the controller has not noticed yet"
+    # the next test's topology: it finds its engines in the state it needs
+    run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=64, steps=20,
+                        learning_rate=0.05, checkpoint_every=0).wait(timeout=300)
+    assert sorted(set(run.history.step)) == list(range(1, 21))
+    on_host = {t.engine_id for t in run.tasks if t.host == host}
+    assert len(on_host) == 2 and not on_host & lost
+    assert not {cluster.engine_info[e].pid for e in on_host} & set(killed)
+
+
 def test_a_lost_host_of_parameter_server_workers_is_replaced_there_and_the_run_completes(cluster, bed):
     run = start(cluster, "parameter_server", steps=1_000_000)  # stopped once replaced (stop_once_replaced)
     placed = hosts_of(run)
@@ -163,3 +184,4 @@ def test_a_link_taken_down_fails_mwms_within_60s_naming_the_unreachable_task(clu
     message = str(info.value)
     assert message.startswith("worker:1 (engine ") and f"on {task.host}" in message
     assert f"{task.target} does not answer" in message and "unreachable" in message
+

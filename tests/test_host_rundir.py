@@ -21,6 +21,7 @@ import pytest
 import workbench as wb
 from checks import bed_cluster, wait_for
 from workbench.engine import rundir
+from workbench.kernel import remote
 from workbench.store import Home, RunDir, Records, history
 
 pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
@@ -113,6 +114,8 @@ def test_the_cli_stops_a_run_on_hosts_without_the_run_directory_whose_files_arri
     assert took < 30
     assert store.checkpoint_step() == run.final_step  # its final checkpoint, here
     assert f"checkpoint     step {run.final_step}" in out.stdout
+    # the copy here is whole: asked again, the hosts send nothing
+    assert remote.pull_run_files(cluster.client, run.tasks, str(run.run_dir), "worker:0", timeout=60) == 0
     again = subprocess.run([sys.executable, "-m", "workbench", "stop", run.id], capture_output=True, text=True,
                            timeout=60)
     assert again.returncode == 2 and f"Expected a running run. Run {run.id} is stopped." in again.stderr
@@ -229,6 +232,11 @@ def test_run_files_move_whole_and_stay_inside_the_run_directory(tmp_path):
     assert RunDir(dst).checkpoint_step() == 5
     assert RunDir(src).checkpoint_parts(5) == ["checkpoints/ckpt-5.index", "tensorboard", "checkpoints/checkpoint"]
     assert (dst / "checkpoints" / "ckpt-5.index").read_bytes() == b"\x00index"
+    # a copy that holds them already is sent only what changed (the end of a run re-sends no checkpoint)
+    parts = ["checkpoints", "metrics/worker:0.jsonl"]
+    assert rundir.read_files(str(src), parts, rundir.digests(str(dst), parts)) == {}
+    (src / "metrics" / "worker:0.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    assert list(rundir.read_files(str(src), parts, rundir.digests(str(dst), parts))) == ["metrics/worker:0.jsonl"]
     with pytest.raises(ValueError, match=r"argument 'files'. Received: a path '../escape'"):
         rundir.write_files(str(dst), {"../escape": b"x"})
     assert not (tmp_path / "escape").exists()

@@ -7,23 +7,43 @@ The chief also sends each checkpoint as it saves it (``loop.save``, ``kernel/uns
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 
-def read_files(run_dir: str, parts: list[str]) -> dict[str, bytes]:
-    """``{path relative to run_dir: bytes}`` of the files ``parts`` (relative paths of
-    files or folders, read whole) name; missing ones are left out."""
-    root = Path(run_dir)
-    out = {}
+def _walk(root: Path, parts: list[str]):
+    """(relative path, path) of each file that ``parts`` (files or folders) name under ``root``."""
     for part in parts:
         path = root / part
         if path.is_file():
-            out[part] = path.read_bytes()
+            yield part, path
         elif path.is_dir():
             for f in sorted(path.rglob("*")):
                 if f.is_file() and not f.name.endswith(".tmp"):
-                    out[str(f.relative_to(root))] = f.read_bytes()
+                    yield str(f.relative_to(root)), f
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def digests(run_dir: str, parts: list[str]) -> dict[str, str]:
+    """``{path relative to run_dir: digest}`` of the files ``parts`` name (what a copy
+    already holds, for ``read_files``' ``have``)."""
+    return {rel: _digest(path.read_bytes()) for rel, path in _walk(Path(run_dir), parts)}
+
+
+def read_files(run_dir: str, parts: list[str], have: dict[str, str] | None = None) -> dict[str, bytes]:
+    """``{path relative to run_dir: bytes}`` of the files ``parts`` (relative paths of
+    files or folders, read whole) name; missing ones are left out, and so are those whose
+    digest is already in ``have`` (``digests`` of the copy they go to: sent only if changed)."""
+    have = have or {}
+    out = {}
+    for rel, path in _walk(Path(run_dir), parts):
+        data = path.read_bytes()
+        if rel not in have or have[rel] != _digest(data):
+            out[rel] = data
     return out
 
 

@@ -12,6 +12,7 @@ from workbench.common import strategies
 from workbench.engine import entry
 from workbench.errors import EngineError
 from workbench.kernel import remote
+from workbench.kernel.pool import EnginesGone
 from workbench.kernel.run import Run
 from workbench.store import RunDir, RunRecord
 
@@ -25,7 +26,6 @@ def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = Non
     if resume:
         job = replace(job, resume=True, steps=steps or job.steps,
                       run_id=job.run_id.split("~")[0] + f"~{int(time.time())}")
-    job = replace(job, tasks=tasks)
     run_dir = RunDir(job.run_dir)
     run_dir.path.mkdir(parents=True, exist_ok=True)
     run_dir.clear_stop()
@@ -34,10 +34,19 @@ def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = Non
         saved = run_dir.checkpoint_step()
         if saved is not None:
             run_dir.truncate(saved)
-    started = _write_record(cluster, job, tasks)
-    # engines on hosts that do not share the kernel's files: warned about, and an event;
-    # the job tells their chief to send its checkpoints here (``kernel/unshared.py``)
-    unshared = cluster.pool.hosts_without(tasks, str(run_dir.path), started)
+    for attempt in range(2):
+        job = replace(job, tasks=tasks)
+        started = _write_record(cluster, job, tasks)
+        # engines on hosts that do not share the kernel's files: warned about, and an event;
+        # the job tells their chief to send its checkpoints here (``kernel/unshared.py``)
+        try:
+            unshared = cluster.pool.hosts_without(tasks, str(run_dir.path), started)
+            break
+        except EnginesGone:  # killed after the last run, unnoticed until asked: replaced, planned again
+            if attempt:
+                raise
+            cluster.pool.heal()
+            tasks = cluster.pool.plan(spec.roles, job.workers, job.ps, spec.multi_engine, devices=job.devices)
     job = replace(job, unshared_hosts=tuple(unshared))
     # cloudpickle ships functions defined in a notebook (__main__) by value; the same bytes
     # in the run directory let any later kernel resume the run (``Cluster.resume``)

@@ -52,6 +52,15 @@ class TFState:
 FRESH = TFState()
 
 
+class EnginesGone(ClusterError):
+    """Engines a run was planned on were unregistered before it started (their host lost
+    them after the last run, before the controller's heartbeat noticed): ``engine_ids``."""
+
+    def __init__(self, engine_ids: list[int]):
+        super().__init__(f"engines {engine_ids} were lost before the run started")
+        self.engine_ids = engine_ids
+
+
 class EnginePool:
     """The engines of one cluster: inventory, TF state, health, recycling, replacement.
 
@@ -227,11 +236,18 @@ class EnginePool:
         """The hosts of ``tasks``' engines that do not see the kernel's run directory
         ``run_dir`` (its ``run.json`` written at ``started``): no shared filesystem there.
         Engines a local launcher started share this machine's files and are not asked. Warns
-        once per cluster and set of hosts (``warn_unshared_run_dir``)."""
+        once per cluster and set of hosts (``warn_unshared_run_dir``). Raises ``EnginesGone``
+        for engines that died unnoticed and are unregistered while asked."""
         remote = sorted({t.engine_id for t in tasks if not self.is_local(t.engine_id)})
         if not remote or self.client is None:
             return []
-        seen = self.client[remote].apply_async(inventory.sees_run, run_dir, started).get(timeout=self.timeout)
+        try:
+            seen = self.client[remote].apply_async(inventory.sees_run, run_dir, started).get(timeout=self.timeout)
+        except Exception:
+            gone = [e for e in remote if e not in self.client.ids]  # ids drop before their tasks fail
+            if gone:
+                raise EnginesGone(gone) from None
+            raise
         hosts = sorted({self._info[e].host for e, ok in zip(remote, seen) if not ok})
         if hosts and tuple(hosts) not in self._unshared:
             self._unshared.add(tuple(hosts))

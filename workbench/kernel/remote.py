@@ -136,15 +136,19 @@ def pull_run_files(client: Any, tasks: Sequence[Any], run_dir: str, chief: str |
     """After a run: copy into this machine's ``run_dir`` what ``tasks`` wrote there on hosts
     that do not see it (``RunDir.written_by``; ``chief``: the name of the run's chief task),
     through ipyparallel. Engines that do not answer within ``timeout`` seconds in all (lost,
-    or blocked in a collective) are left out. Returns the number of files copied."""
+    or blocked in a collective) are left out. Returns the number of files copied (those
+    that differ from this machine's copy)."""
     import time
 
     from workbench.engine import rundir
     from workbench.store import RunDir
 
     end = time.monotonic() + timeout
-    pending = [client[t.engine_id].apply_async(rundir.read_files, run_dir, RunDir(run_dir).written_by(t.name, t.name == chief))
-               for t in tasks]
+    pending = []
+    for t in tasks:  # each file is sent only if it differs from this machine's copy (checkpoints sent live do not)
+        parts = RunDir(run_dir).written_by(t.name, t.name == chief)
+        pending.append(client[t.engine_id].apply_async(rundir.read_files, run_dir, parts,
+                                                       rundir.digests(run_dir, parts)))
     copied = 0
     for ar in pending:
         try:
