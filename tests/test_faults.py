@@ -141,3 +141,21 @@ def test_a_lost_task_fails_fast_naming_it_and_resume_completes_exactly(cluster, 
     else:
         for w in ("worker:0", "worker:1"):
             assert list(h[h.worker == w].step) == list(range(saved + 1, STEPS + 1))
+
+
+def test_a_run_lost_before_its_first_checkpoint_resumes_from_step_0():
+    """The error says it saved no checkpoint yet, and ``resume()`` starts it again from step
+    0, each step reported once (it failed: 'resume=True but no checkpoint', seen when TF's
+    profiler crashed a worker at step 59)."""
+    with wb.Cluster(engines=2) as cluster:
+        run = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, global_batch_size=64,
+                            steps=300, checkpoint_every=10_000, dashboard=False)
+        wait_for(lambda: run.step >= 20 or run.done, 120, lambda: f"step 20; at {run.step}")
+        kill(cluster, run, "worker", 1)
+        with pytest.raises(wb.EngineError, match="it saved no checkpoint yet"):
+            run.wait(timeout=60)
+        resumed = run.resume().wait(timeout=300)
+    assert resumed.final_step == 300
+    for w in ("worker:0", "worker:1"):
+        assert list(resumed.history[resumed.history.worker == w].step) == list(range(1, 301))
+        assert list(wb.load(run.id).history.query("worker == @w").step) == list(range(1, 301))

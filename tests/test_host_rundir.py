@@ -35,7 +35,7 @@ def bed():
 
 @pytest.fixture(scope="module")
 def cluster(bed):
-    c = bed_cluster(bed, 1)  # its warning on TF's servers is tested in test_hosts.py
+    c = bed_cluster(bed, {"h1": 2, "h2": 1})  # its warning on TF's servers is tested in test_hosts.py
     yield c
     c.stop()
 
@@ -80,6 +80,29 @@ def test_stop_checkpoints_and_resume_work_on_hosts_without_the_run_directory(clu
     resumed = resume_exactly(run, stopped_at, target, timeout=300)
     assert RunDir(resumed.run_dir).checkpoint_step() == target  # the resumed run's last one came back too
 
+
+def test_a_parameter_server_run_whose_chief_does_not_see_the_run_directory_checkpoints_stops_and_resumes(cluster):
+    """Parameter-server training on such hosts: the chief (the coordinator, which saves the
+    checkpoints) sends each one here as it saves it; run.stop() reaches it through
+    ipyparallel; the final checkpoint is here and a resume continues from it exactly."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*do not see this kernel's run directory")
+        run = cluster.train(wb.models.mlp((16,)), wb.datasets.digits(), strategy="parameter_server", workers=1,
+                            ps=1, global_batch_size=32, steps=100_000, checkpoint_every=50, seed=0)
+    chief = next(t for t in run.tasks if t.role == "chief")
+    ev = run.events
+    assert chief.host in ev[ev.kind == "run_dir_unshared"].hosts.iloc[0]
+    store = RunDir(run.run_dir)
+    wait_for(lambda: (store.checkpoint_step() or 0) >= 100 or run.done, 180,
+             lambda: (store.checkpoint_step(), run.step, run.status))
+    assert not run.done, run.error
+    run.stop()
+    assert run.done and run.stopped and run.error is None and run.final_step < 100_000
+    assert store.checkpoint_step() == run.final_step
+    saved, target = run.final_step, run.final_step + 30
+    resumed = run.resume(steps=target).wait(timeout=300)
+    assert resumed.final_step == target and sorted(resumed.history.step) == list(range(saved + 1, target + 1))
+    assert RunDir(resumed.run_dir).checkpoint_step() == target
 
 def train(cluster, steps, every):
     with warnings.catch_warnings():  # the warning about these hosts: tested above

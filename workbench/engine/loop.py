@@ -84,6 +84,19 @@ def _state(strategy, job):
     return model, opt, step, ckpt
 
 
+def _io_options(job):
+    """Where a checkpoint's files are written and read. Under parameter-server training TF
+    writes each PS task's variables from that task, on its host's disk; when hosts do not
+    share the kernel's run directory (``job.unshared_hosts``) the chief does all the IO
+    instead, so that the whole checkpoint is where the chief sends it from (and where a
+    resume puts it back)."""
+    import tensorflow as tf
+
+    if job.strategy == "parameter_server" and job.unshared_hosts:
+        return tf.train.CheckpointOptions(experimental_io_device="/job:chief/replica:0/task:0/device:CPU:0")
+    return None
+
+
 def _restore(job, ckpt):
     import tensorflow as tf
 
@@ -93,7 +106,7 @@ def _restore(job, ckpt):
     latest = tf.train.latest_checkpoint(str(checkpoints))
     if latest is None:
         raise FileNotFoundError(f"resume=True but no checkpoint under {checkpoints}")
-    ckpt.restore(latest).expect_partial()
+    ckpt.restore(latest, options=_io_options(job)).expect_partial()
     return int(ckpt.step.numpy())
 
 
@@ -331,7 +344,7 @@ def save(t: Training, done: int, **info: Any) -> None:
     left a checkpoint at step 400 and rows only to 394 (they waited in the file's buffer),
     steps a resume from that checkpoint would never report."""
     t.pub.flush(force=True)
-    t.manager.save(checkpoint_number=done)
+    t.manager.save(checkpoint_number=done, options=_io_options(t.job))
     if t.ctx.is_chief and t.ctx.task.host in t.job.unshared_hosts:
         t.board.flush()
         run_dir = RunDir(t.job.run_dir)

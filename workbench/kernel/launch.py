@@ -32,8 +32,9 @@ def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = Non
     if resume:  # the run is live again; its steps after the checkpoint will be done again
         run_dir.forget_end()
         saved = run_dir.checkpoint_step()
-        if saved is not None:
-            run_dir.truncate(saved)
+        run_dir.truncate(saved or 0)
+        if saved is None:  # lost before its first checkpoint: it starts again from step 0
+            job = replace(job, resume=False)
     for attempt in range(2):
         job = replace(job, tasks=tasks)
         started = _write_record(cluster, job, tasks)

@@ -56,7 +56,7 @@ class EnginesGone(ClusterError):
     """Engines a run was planned on were unregistered before it started (their host lost
     them after the last run, before the controller's heartbeat noticed): ``engine_ids``."""
 
-    def __init__(self, engine_ids: list[int]):
+    def __init__(self, engine_ids: list[int]) -> None:
         super().__init__(f"engines {engine_ids} were lost before the run started")
         self.engine_ids = engine_ids
 
