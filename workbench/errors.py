@@ -48,7 +48,9 @@ class ProfilerCrashed(EngineError):
     stopped (TF 2.21: ``TraceMeRecorder::Consume`` frees an invalid pointer while it
     merges events that began on one thread and ended on another). Measured here on
     2-worker MultiWorkerMirrored runs: 7 crashes in 191 traces, always of the non-chief
-    worker. ``run.resume()`` continues the run; tracing it again usually succeeds."""
+    worker; seen once under parameter averaging too (a segmentation fault in the same
+    ``stop()``). ``run.resume()`` continues the run (from step 0 if it saved no checkpoint
+    yet); tracing it again usually succeeds."""
 
 
 class RunStalled(EngineError, TimeoutError):
