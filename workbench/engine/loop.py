@@ -92,7 +92,9 @@ def _io_options(job):
     resume puts it back)."""
     import tensorflow as tf
 
-    if job.strategy == "parameter_server" and job.unshared_hosts:
+    from workbench.common import strategies
+
+    if job.unshared_hosts and strategies.spec(job.strategy).shards_variables:  # variables on PS tasks
         return tf.train.CheckpointOptions(experimental_io_device="/job:chief/replica:0/task:0/device:CPU:0")
     return None
 
