@@ -104,6 +104,7 @@ def test_a_parameter_server_run_whose_chief_does_not_see_the_run_directory_check
     assert resumed.final_step == target and sorted(resumed.history.step) == list(range(saved + 1, target + 1))
     assert RunDir(resumed.run_dir).checkpoint_step() == target
 
+
 def train(cluster, steps, every):
     with warnings.catch_warnings():  # the warning about these hosts: tested above
         warnings.filterwarnings("ignore", message=".*do not see this kernel's run directory")

@@ -12,8 +12,8 @@ here even if the host is lost before the end.
   the run's watcher forwards it through ipyparallel (``Run._request_stop``). With no live
   kernel watching the run, nobody forwards it.
 
-At the end of the run the engines that are still there send their whole files
-(``remote.pull_run_files``), which replace these copies.
+At the end of the run the engines that are still there send each of those files that
+differs from the copy here (``remote.pull_run_files``), which replaces it.
 """
 
 from __future__ import annotations
