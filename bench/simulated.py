@@ -14,6 +14,7 @@ import multiprocessing as mp
 import os
 import pickle
 import random
+import shutil
 import tempfile
 import threading
 import time
@@ -152,9 +153,16 @@ def placement_event(ps=4, variables=400, workers=8):
 def simulate(workers, seconds=10.0, rate=10.0, old_window=False, dashboard=True, seed=0):
     """One simulated run: returns the kernel's CPU per thread (fraction of one core), the
     metrics latency (row made -> in the widget's model), rows offered and merged."""
+    run_dir = tempfile.mkdtemp(prefix="wb-sim-")
+    try:
+        return _simulate(run_dir, workers, seconds, rate, old_window, dashboard, seed)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _simulate(run_dir, workers, seconds, rate, old_window, dashboard, seed):
     import statistics
 
-    run_dir = tempfile.mkdtemp(prefix="wb-sim-")
     run = make_run(workers, run_dir)
     results = run._results
     ctx = mp.get_context("spawn")

@@ -88,7 +88,8 @@ def window_cost(workers=(64, 256, 1024), repeats=20):
     rng = random.Random(0)
     rows = [simulated.row("worker:0", s, rng) for s in range(1, 3001)]
     out = {}
-    run = simulated.make_run(1, tempfile.mkdtemp(prefix="wb-sim-"))
+    run_dir = tempfile.mkdtemp(prefix="wb-sim-")
+    run = simulated.make_run(1, run_dir)
     try:
         run._merge({"rows": rows, "n": len(rows)}, "worker:0")
         for label, size in (("old", 2048), ("new", 100)):
@@ -106,6 +107,8 @@ def window_cost(workers=(64, 256, 1024), repeats=20):
     finally:
         for r in run._results.values():
             r._done.set()
+        run._done.wait(30)  # its watcher writes the run's result file last
+        shutil.rmtree(run_dir, ignore_errors=True)
     return out
 
 

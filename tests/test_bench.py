@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,8 @@ def ceilings_ok(data):
 
 @pytest.mark.cluster
 def test_every_benchmark_runs_in_quick_mode_with_plots():
-    """The README's one benchmark command, in its tiny mode."""
+    """The README's one benchmark command, in its tiny mode. It leaves no temporary directory."""
+    temp = set(Path(tempfile.gettempdir()).glob("wb-sim-*"))
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "run_all.py"), "--quick"],
                          capture_output=True, text=True, timeout=1500)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -84,3 +86,4 @@ def test_every_benchmark_runs_in_quick_mode_with_plots():
     for png in summary["plots"]:
         assert (results / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "## ceilings" in (results / "summary.md").read_text()
+    assert set(Path(tempfile.gettempdir()).glob("wb-sim-*")) == temp
