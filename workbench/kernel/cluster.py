@@ -199,8 +199,7 @@ class Cluster:
         try:
             self._ipp.start_cluster_sync()
             self.client = self._ipp.connect_client_sync()
-            # interactive=False: no progress widget of ipyparallel's own in the notebook
-            self.client.wait_for_engines(self.n, timeout=self.timeout, interactive=False)
+            self._wait_for_engines()
         except BaseException as e:
             logs = self._log_tail()
             self._stop_own()
@@ -212,6 +211,24 @@ class Cluster:
             raise ClusterError(f"The cluster failed to start: {e}\n{logs}") from e
         self._collect_pids()
         self._start_reaper()
+
+    def _wait_for_engines(self):
+        """Until ``n`` engines registered; an engine process that exits meanwhile fails the
+        start at once (it waited for the whole timeout)."""
+        import time
+
+        deadline = time.monotonic() + self.timeout
+        while True:
+            exited = launchers.exited_engine_processes(self._ipp)
+            if exited:
+                raise ClusterError(f"{exited} engine process(es) exited before registering; their output is below.")
+            left = deadline - time.monotonic()
+            try:  # interactive=False: no progress widget of ipyparallel's own in the notebook
+                self.client.wait_for_engines(self.n, timeout=max(0.0, min(0.5, left)), interactive=False)
+                return
+            except TimeoutError:
+                if left <= 0.5:
+                    raise
 
     def _start_reaper(self):
         """A watchdog that ends this cluster's processes if this kernel dies without

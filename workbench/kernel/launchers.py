@@ -77,6 +77,20 @@ def _require_mpi4py():
                            "which needs mpi4py: pip install mpi4py (and Open MPI: apt-get install openmpi-bin)") from e
 
 
+def exited_engine_processes(ipp_cluster: ipyparallel.Cluster) -> int:
+    """How many local engine processes (engines, ``mpiexec``) of ``ipp_cluster``'s launchers
+    have ended. ipyparallel notices them only while its event loop runs, which it does not
+    while the kernel waits for engines to register. (Their exit codes are lost: the
+    launchers' watch threads reap them.)"""
+    ended = 0
+    for engine_set in ipp_cluster.engines.values():
+        children = getattr(engine_set, "launchers", None)
+        for launcher in [engine_set, *(children.values() if isinstance(children, dict) else [])]:
+            process = getattr(launcher, "_popen_process", None)  # local launchers' Popen
+            ended += process is not None and process.poll() is not None
+    return ended
+
+
 def is_mpi(ipp_cluster: ipyparallel.Cluster | None) -> bool:
     if ipp_cluster is None:
         return False
