@@ -94,14 +94,18 @@ def main(argv=None):
     steps = {"digits": 40 if args.quick else 3000, "wide": 20 if args.quick else 300, "wide_2000": 2000}
     results, t_all = {}, time.time()
 
-    # cold start: the peer's processes against a fresh Cluster, both to the first finished step
+    # cold start: the peer's processes against a fresh Cluster, both to the first finished step.
+    # --quick: that cluster trains the digits rows too, and the peer's PSS run there gives the
+    # peer's cold start (a cluster start and a peer launch less)
     cold_wb, cold_peer, rerun, recycle = [], [], [], []
+    kept = None
     for _ in range(repeats):
         model, data, batch = workloads()["digits"]
         pss = dict(strategy="parameter_server", workers=2, ps=1, global_batch_size=batch, steps=50,
                    checkpoint_every=0, dashboard=False)
         t0 = time.time()
-        with wb.Cluster(engines=4) as cluster:
+        cluster = wb.Cluster(engines=4).start()
+        try:
             run = cluster.train(model, data, **pss)
             cold_wb.append(first_step(run, t0))
             run.wait()
@@ -113,14 +117,15 @@ def main(argv=None):
             other = cluster.train(model, data, **dict(pss, strategy="multi_worker_mirrored", ps=0))
             recycle.append(first_step(other, t0))
             other.wait()
+        except BaseException:
+            cluster.stop()
+            raise
+        if args.quick:
+            kept = cluster
+            continue
+        cluster.stop()
         r = peer.run("pss", "digits", 50)
         cold_peer.append(r["first_step"] - r["launched"])
-    results["start"] = {
-        "workbench cold start, Cluster(engines=4) -> first step (s)": summary(cold_wb),
-        "peer cold start, process launch -> first step (s)": summary(cold_peer),
-        "workbench re-run, same topology, live cluster (s)": summary(rerun),
-        "workbench different topology (recycle) (s)": summary(recycle),
-    }
 
     mwms = ("MWMS 2 workers (dashboard on)", "mwms", dict(strategy="multi_worker_mirrored", workers=2))
     pss = ("PSS 1 PS + 2 workers (workbench defaults vs 1 step/schedule)", "pss",
@@ -130,7 +135,8 @@ def main(argv=None):
     for wname, workload, runs in plans:
         model, data, batch = workloads()[workload]
         rows = {}
-        with wb.Cluster(engines=4) as cluster:
+        cluster, kept = (kept, None) if kept is not None else (wb.Cluster(engines=4).start(), None)
+        try:
             for label, kind, options in runs:
                 ours, theirs, ratios, looped = [], [], [], []
                 for _ in range(repeats):  # alternated: workbench, peer, workbench, peer, ...
@@ -140,7 +146,10 @@ def main(argv=None):
                         run.dashboard()  # the widget and its 4 Hz update thread, as in a notebook
                     run.wait()
                     ours.append(steady(run))
-                    theirs.append(peer.run(kind, workload, steps[wname])["steps_per_s"])
+                    r = peer.run(kind, workload, steps[wname])
+                    theirs.append(r["steps_per_s"])
+                    if kind == "pss" and len(cold_peer) < len(cold_wb):  # --quick: the peer's cold start
+                        cold_peer.append(r["first_step"] - r["launched"])
                     ratios.append(ours[-1] / theirs[-1])
                     if kind == "pss":  # TF's own answer: the tutorial's step looped 10 times per schedule
                         looped.append(peer.run(kind, workload, steps[wname], per_schedule=10)["steps_per_s"]
@@ -151,8 +160,17 @@ def main(argv=None):
                                "ratio": summary(ratios), "engine RSS after training (MB)": rss(cluster, run)}
                 if looped:
                     rows[label][PEER_LOOPED if kind == "pss" else PEER_BEST_MWMS] = summary(looped)
+        finally:
+            cluster.stop()
         results[wname] = rows
         print(wname, json.dumps({k: round(v["ratio"]["median"], 2) for k, v in rows.items()}), flush=True)
+
+    results["start"] = {
+        "workbench cold start, Cluster(engines=4) -> first step (s)": summary(cold_wb),
+        "peer cold start, process launch -> first step (s)": summary(cold_peer),
+        "workbench re-run, same topology, live cluster (s)": summary(rerun),
+        "workbench different topology (recycle) (s)": summary(recycle),
+    }
 
     meta = {"quick": args.quick, "repeats": repeats, "seconds": round(time.time() - t_all, 1),
             "cpus": __import__("os").cpu_count(), "python": sys.version.split()[0]}
