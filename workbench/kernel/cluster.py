@@ -59,7 +59,10 @@ class Cluster:
     attaches to a cluster someone else started; ``stop()`` then only disconnects.
 
     Use as a context manager, or call ``start()`` and ``stop()``. Clusters this process
-    started are stopped at interpreter exit.
+    started are stopped at interpreter exit. ``start()`` raises ``ClusterStartTimeout`` when
+    the engines have not registered within ``timeout`` seconds, and ``ClusterError`` as soon
+    as a local engine process (or ``mpiexec``) exits before registering; both with the last
+    lines of the engines' and controller's logs.
     """
 
     def __init__(self, engines: int | None = None, *, profile: str | None = None, cluster_id: str | None = None,
