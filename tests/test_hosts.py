@@ -2,6 +2,8 @@
 kill, and both strategies training across hosts, the MWMS-vs-single identity included."""
 
 
+import os
+
 import ipyparallel as ipp
 import pytest
 from traitlets.config import Config
@@ -41,12 +43,51 @@ def test_engines_report_their_host_and_the_address_of_their_connection(cluster, 
 
 
 def test_remote_pids_are_never_killed_or_reaped_locally(cluster):
-    """SSH engines' PIDs belong to their hosts: only the controller is in the kill list
-    and the reaper's pidfile."""
-    controller = cluster._ipp.controller.pid
-    assert cluster._pids == {controller}
-    assert cluster._pidfile.read_text().split() == [str(controller)]
+    """SSH engines' PIDs belong to their hosts: only the controller and the ssh processes
+    that keep each host's zygote are in the kill list and the reaper's pidfile."""
+    ours = {cluster._ipp.controller.pid, *(p.pid for p in cluster._remote_zygotes)}
+    assert len(ours) == 3 and cluster._pids == ours
+    assert sorted(map(int, cluster._pidfile.read_text().split())) == sorted(ours)
     assert not any(cluster._is_local(e) for e in cluster.engine_info.values())
+
+
+@ipp.interactive
+def _engine_process():
+    import os
+    import socket
+
+    return socket.gethostname(), os.getpid(), os.getppid(), os.environ.get("WORKBENCH_LAUNCHER_PID")
+
+
+def test_engines_fork_from_one_zygote_on_their_own_host(cluster, bed):
+    """Each host imports TensorFlow once, in a zygote kept by an ssh process here; its
+    engines are its children, and each reports the PID its launcher knows (the process that
+    stands in for it), which it lives and dies with."""
+    assert all(p.poll() is None for p in cluster._remote_zygotes)
+    path = _zygote_path(cluster)
+    for eid, info in cluster.engine_info.items():
+        host, pid, parent, stand_in = cluster.client[eid].apply_sync(_engine_process)
+        assert host == info.host and stand_in == str(info.pid) != str(pid)
+        assert bed.ssh(host, f"cat {path.format(host=host)}.pid").stdout == str(parent)
+        assert "workbench.engine.zygote" in bed.ssh(host, f"tr '\\0' ' ' < /proc/{parent}/cmdline").stdout
+
+
+def test_stop_ends_each_hosts_zygote_and_leaves_none_of_its_files(bed):
+    from checks import wait_for
+
+    c = bed_cluster(bed, {"h1": 1})
+    keepers, path = list(c._remote_zygotes), _zygote_path(c).format(host="h1")
+    zygote = int(bed.ssh("h1", f"cat {path}.pid").stdout)
+    c.stop()
+    assert all(p.poll() is not None for p in keepers)
+    wait_for(lambda: not os.path.exists(f"/proc/{zygote}"), 30, lambda: f"zygote {zygote} on h1 to end")
+    assert bed.ssh("h1", f"ls {path}* 2>/dev/null").stdout == ""
+
+
+def _zygote_path(cluster):
+    """The socket path of ``cluster``'s zygotes, ``{host}`` for the host, from its ssh command."""
+    command = cluster._remote_zygotes[0].args
+    return command[command.index("workbench.engine.zygote") + 1]
 
 
 def test_mwms_across_two_hosts_equals_single_on_the_same_global_batches(cluster):

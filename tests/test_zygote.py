@@ -64,3 +64,19 @@ def test_a_zygote_whose_kernel_is_gone_ends_and_removes_its_socket(tmp_path):
     pid, path = kernel.stdout.split()
     wait_for(lambda: not alive(int(pid)), 120, lambda: f"the orphaned zygote {pid} to end")
     assert not os.path.exists(path) and not os.path.exists(path + ".log")
+
+
+def test_where_a_hosts_zygote_refused_its_launcher_command_starts_the_engine_itself_at_once(tmp_path):
+    """On an SSH host whose zygote refused (a GPU host), ``workbench.engine.forked`` reads
+    "refused" beside the socket and becomes an engine the usual way; here it prints
+    ipengine's version. (It waited 30 s for a PID there would never be.)"""
+    import socket
+    import subprocess
+    import sys
+
+    import ipyparallel
+
+    (tmp_path / f"wbz-{socket.gethostname()}.sock.pid").write_text("refused")
+    out = subprocess.run([sys.executable, "-m", "workbench.engine.forked", str(tmp_path / "wbz-{host}.sock"), "-",
+                          "--version"], capture_output=True, text=True, timeout=25)
+    assert out.returncode == 0 and out.stdout.strip() == ipyparallel.__version__

@@ -1,6 +1,7 @@
 """The launcher's command for a local engine when a zygote runs (``workbench.engine.zygote``):
 
     python -m workbench.engine.forked SOCKET ZYGOTE_PID [ipengine arguments ...]
+    python -m workbench.engine.forked SOCKET_WITH_{host} - [ipengine arguments ...]  # SSH hosts
 
 It asks the zygote to fork an engine with these arguments, this process's environment,
 working directory and standard streams, then stands in for it: signals it receives go to
@@ -41,9 +42,31 @@ def _fallback(argv: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "workbench.engine.start", *argv])
 
 
+def _pid_in(path: str, timeout: float) -> int | None:
+    """The PID a zygote wrote to ``path``, once it has; None if it never did, or wrote
+    "refused" (it forks nothing on this host)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with open(path) as f:  # written whole: the zygote renames it into place
+                content = f.read()
+        except OSError:
+            time.sleep(0.05)
+            continue
+        return int(content) if content.isdigit() else None
+    return None
+
+
 def main() -> None:
-    path, zygote, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-    conn = _connect(path, zygote, timeout=120)
+    path, zygote, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+    if zygote == "-":  # a zygote started on this host over SSH: the host's name in its path, its PID in a file
+        path = path.replace("{host}", socket.gethostname())
+        zygote = _pid_in(path + ".pid", timeout=30)
+        if zygote is None:
+            _fallback(argv)
+        # the engine reports this process's PID, the one its launcher knows and stops it by
+        os.environ["WORKBENCH_LAUNCHER_PID"] = str(os.getpid())
+    conn = _connect(path, int(zygote), timeout=120)
     if conn is None:
         _fallback(argv)
     request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode() + b"\n"

@@ -25,7 +25,8 @@ def report(controller_host: str = "127.0.0.1") -> Inventory:
     return {
         "host": socket.gethostname(),
         "address": _route_address(controller_host),
-        "pid": os.getpid(),
+        # an engine forked by a zygote on an SSH host: its launcher's process, which it lives and dies with
+        "pid": int(os.environ.get("WORKBENCH_LAUNCHER_PID") or os.getpid()),
         "port": free_port(),
         "gpus": gpus(),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),

@@ -17,7 +17,17 @@ the usual way (``workbench.engine.start``). Hosts with GPUs never use it: CUDA's
 must not cross a fork, and ``CUDA_VISIBLE_DEVICES`` must be set before the import.
 
 Children die with the zygote (``PR_SET_PDEATHSIG``), so ending it (the cluster's stop,
-or its reaper when the kernel dies) ends every engine it forked.
+or its reaper when the kernel dies) ends every engine it forked. Each also dies with the
+launcher's process that stands in for it (``workbench.engine.forked``): killing either ends
+both.
+
+On other hosts (SSH clusters, ``kernel/zygote.py``'s ``start_remote``) the kernel starts one
+zygote per host over ``ssh``, with ``OWNER`` 0: it serves until that ssh session ends, which
+it sees as the end of its standard input (the kernel's ``ssh`` process is one of the
+cluster's local processes, ended by its stop or its reaper), and refuses on hosts with
+GPUs. Its socket path holds ``{host}``, this host's name, so that hosts sharing a
+filesystem never share a zygote; it writes its PID beside it (``PATH.pid``) for the
+engines' launcher commands, which cannot know it.
 """
 
 from __future__ import annotations
@@ -25,9 +35,11 @@ from __future__ import annotations
 import array
 import json
 import os
+import select
 import signal
 import socket
 import sys
+import threading
 
 from workbench.common.roles import STARTUP_ENV
 
@@ -73,7 +85,9 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
         os.dup2(fd, target)
     for fd in fds:
         os.close(fd)
-    # conn stays open in this process only: when the engine exits, the launcher's process sees EOF
+    # conn stays open in this process only: when the engine exits, the launcher's process sees
+    # EOF; and when that process goes (killed: what stops an engine on another host), so does this
+    threading.Thread(target=_die_with_stand_in, args=(conn,), name="workbench-stand-in", daemon=True).start()
     os.environ.clear()
     os.environ.update(request["env"])
     os.environ.update(STARTUP_ENV)  # as workbench.engine.start sets them
@@ -103,30 +117,95 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
         os._exit(code)
 
 
+def _die_with_stand_in(conn: socket.socket) -> None:
+    while True:
+        try:
+            if not conn.recv(4096):
+                break
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def host_path(path: str) -> str:
+    """``path`` with ``{host}`` replaced by this host's name."""
+    return path.replace("{host}", socket.gethostname())
+
+
 def serve(path: str, owner: int) -> None:
     """Import, then fork an engine per request on the unix socket ``path``, until the
-    kernel ``owner`` that started it stops it or is gone (its engines go with it)."""
+    kernel ``owner`` that started it stops it or is gone (its engines go with it).
+    ``owner`` 0: the process that started this one (on another host: its ssh session)."""
+    path = host_path(path)
+    session = owner == 0  # started over ssh: it ends when its standard input does
+    if session:
+        from workbench.engine.inventory import gpus
+
+        owner = os.getppid()
+        if gpus():  # CUDA's state must not cross a fork: engines here start the usual way
+            _refuse(path, session, "this host has GPUs")
+    _write_pid(path, str(os.getpid()))
+    try:
+        _serve(path, owner, session)
+    finally:  # the forked engines leave through os._exit, never through here
+        for leftover in (path, path + ".pid"):
+            try:
+                os.unlink(leftover)
+            except OSError:
+                pass
+
+
+def _write_pid(path: str, content: str) -> None:
+    with open(path + ".pid.tmp", "w") as f:
+        f.write(content)
+    os.rename(path + ".pid.tmp", path + ".pid")
+
+
+def _refuse(path: str, session: bool, reason: str) -> None:
+    """Fork nothing. Over ssh, say so to the engines' launcher commands (``PATH.pid`` reads
+    "refused": they start their engines the usual way at once) until the session ends."""
+    print(f"zygote: {reason}; not forking", file=sys.stderr, flush=True)
+    if session:
+        _write_pid(path, "refused")
+        try:
+            while os.read(0, 4096):
+                pass
+        finally:
+            try:
+                os.unlink(path + ".pid")
+            except OSError:
+                pass
+    sys.exit(REFUSED)
+
+
+def _serve(path: str, owner: int, session: bool) -> None:
     _import()
     if threads() != 1:
-        print(f"zygote: {threads()} threads after the import; not forking", file=sys.stderr, flush=True)
-        sys.exit(REFUSED)
+        _refuse(path, session, f"{threads()} threads after the import")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel, never zombies
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".tmp")
     os.rename(path + ".tmp", path)  # it appears ready to connect to
     listener.listen(64)
-    listener.settimeout(1.0)  # accepted connections block; the timeout is for watching the owner
+    listener.settimeout(1.0)  # accepted connections block
+    watched = [listener, 0] if session else [listener]
     while True:
+        ready, _, _ = select.select(watched, [], [], 1.0)  # the timeout is for watching the owner
+        if 0 in ready and not os.read(0, 4096):  # its ssh session ended (the kernel's ssh process is gone)
+            sys.exit(0)
+        if listener not in ready:
+            if os.getppid() != owner:  # the kernel ended before Cluster.stop() or its reaper ended this
+                try:
+                    os.unlink(path + ".log")  # a local zygote's output, no one's to read now
+                except OSError:
+                    pass
+                sys.exit(0)
+            continue
         try:
             conn, _ = listener.accept()
-        except TimeoutError:
-            if os.getppid() != owner:  # the kernel died before Cluster.stop() or its reaper could end this
-                for leftover in (path, path + ".log"):
-                    try:
-                        os.unlink(leftover)
-                    except OSError:
-                        pass
-                sys.exit(0)
+        except (TimeoutError, BlockingIOError):
             continue
         with conn:
             msg, fds = _receive(conn)

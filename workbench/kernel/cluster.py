@@ -98,6 +98,7 @@ class Cluster:
                                controller_host=self._controller_host)
         self._pids = set()  # local pids this object started
         self._zygote = None  # the process local engines fork from (``workbench.engine.zygote``)
+        self._remote_zygotes = []  # the ssh processes keeping a zygote on each SSH host
         self._pidfile = None  # the reaper's list of this cluster's PIDs
         self._record = None  # clusters/<id>.json, what the Workbench panel shows
         self._reaper = None
@@ -164,8 +165,14 @@ class Cluster:
         options = dict(self.ipp_options)
         if self.launcher == "local" and self.controller == "local":
             options.setdefault("controller_ip", "127.0.0.1")
-        if self.launcher == "ssh":
-            remote.configure_ssh(options, self.hosts, self.controller, self.timeout)
+        zygote_path = None
+        if self.launcher == "ssh" and zygote.enabled():  # engines fork from a zygote on their host
+            import secrets
+
+            zygote_path = zygote.remote_path(secrets.token_hex(4))
+        if self.launcher == "ssh" and not remote.configure_ssh(options, self.hosts, self.controller, self.timeout,
+                                                                zygote_path):
+            zygote_path = None
         launchers.configure(options, self.launcher, self.timeout)  # MPI, Slurm
         if self.controller == "local":
             # a dead engine is unregistered after ~3 s instead of ipyparallel's 30 s
@@ -200,6 +207,9 @@ class Cluster:
                 self._zygote = None
             raise ConfigError(f"ipyparallel refused the cluster options: {e}") from e
         try:
+            if zygote_path is not None:  # their ssh processes are ours: stop() and the reaper end them
+                self._remote_zygotes = remote.start_zygotes(options, zygote_path)
+                self._pids.update(p.pid for p in self._remote_zygotes)
             self._ipp.start_cluster_sync()
             self.client = self._ipp.connect_client_sync()
             self._wait_for_engines()
@@ -311,6 +321,8 @@ class Cluster:
         if self._zygote is not None:
             zygote.stop(self._zygote)
             self._zygote = None
+        zygote.end_remote(self._remote_zygotes)  # killed above: their zygotes end with their ssh sessions
+        self._remote_zygotes = []
         remove_engine_tmpdirs(tag, tmps)
         if self._pidfile is not None:
             self._pidfile.unlink(missing_ok=True)  # the reaper exits when its list is gone

@@ -32,25 +32,47 @@ def check_hosts(hosts: dict[str, int], engines: int | None, launcher: str | None
     return total
 
 
-def configure_ssh(options: dict[str, Any], hosts: dict[str, int] | None, controller: str, timeout: float) -> None:
+def configure_ssh(options: dict[str, Any], hosts: dict[str, int] | None, controller: str, timeout: float,
+                  zygote_path: str | None = None) -> bool:
     """Set ipyparallel's SSH engine launcher in ``options`` (``ipyparallel.Cluster``'s
-    keywords): engines on ``hosts``, run as workbench engines (TensorFlow imported while
-    they register), and a local controller on the address the hosts reach."""
+    keywords): engines on ``hosts``, run as workbench engines, and a local controller on
+    the address the hosts reach. With ``zygote_path`` (``kernel/zygote.py``'s
+    ``remote_path``) the engines fork from a zygote on their host (``start_zygotes``), or
+    import TensorFlow themselves while they register where it is not there. Returns whether
+    they ask a zygote: not when the config has an engine command of its own."""
     from traitlets.config import Config
+
+    from workbench.kernel import zygote
 
     config = options.setdefault("config", Config())
     if hosts is not None:
         config.SSHEngineSetLauncher.engines = dict(hosts)
     python = _config_value(config, "remote_python") or "python3"
+    forks = "engine_cmd" not in config.SSHEngineSetLauncher and zygote_path is not None
     if "engine_cmd" not in config.SSHEngineSetLauncher:
-        config.SSHEngineSetLauncher.engine_cmd = [python, "-m", "workbench.engine.start",
-                                                  f"--IPEngine.wait_for_url_file={timeout}"]
+        config.SSHEngineSetLauncher.engine_cmd = [
+            *(zygote.remote_command(zygote_path, python) if forks else [python, "-m", "workbench.engine.start"]),
+            f"--IPEngine.wait_for_url_file={timeout}",
+            *(["--IPEngine.enable_nanny=False"] if forks else [])]  # as local zygote engines: we watch PIDs
     options.setdefault("delay", 0)
     from workbench.kernel.ssh_launcher import ParallelSSHEngineSetLauncher
 
     options["engines"] = ParallelSSHEngineSetLauncher
     if controller == "local" and "controller_ip" not in options and hosts:
         options["controller_ip"] = reachable_address(next(iter(hosts)), _config_value(config, "ssh_args") or [])
+    return forks
+
+
+def start_zygotes(options: dict[str, Any], zygote_path: str) -> list[subprocess.Popen]:
+    """A zygote on every host of the SSH launcher that ``configure_ssh`` set in ``options``,
+    reached as its engines are (its ssh command, arguments, Python and environment)."""
+    from workbench.kernel import zygote
+
+    config = options["config"]
+    hosts = list(config.SSHEngineSetLauncher.engines)
+    ssh = [*(_config_value(config, "ssh_cmd") or ["ssh"]), *(_config_value(config, "ssh_args") or [])]
+    return zygote.start_remote(hosts, zygote_path, ssh, _config_value(config, "remote_python") or "python3",
+                               dict(_config_value(config, "environment") or {}))
 
 
 def _config_value(config, name):

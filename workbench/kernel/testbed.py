@@ -177,7 +177,9 @@ class Testbed:
     def kill_engines(self, host: str, sig: int = 9) -> list[int]:
         """Kill every ipyparallel engine running on ``host`` (a lost machine, for its
         engines), and the nanny process ipyparallel starts beside each; returns the
-        engines' PIDs (as this machine numbers them), not their nannies'."""
+        engines' PIDs (as this machine numbers them, and as the engines report them: for
+        engines forked by the host's zygote, their launchers' stand-ins), not their
+        nannies'. The host's zygote lives on."""
         from workbench.kernel import links
 
         self._host(host)
@@ -397,17 +399,31 @@ def _netns_pids(ns):
 
 
 def _is_engine(pid):
-    """What process ``pid`` is, from its command line: "engine", "nanny" (the process
-    ipyparallel starts beside each remote engine: ``python -m ipyparallel.engine.nanny``)
-    or None."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read().replace(b"\0", b" ")
-    except OSError:
-        return None
+    """What process ``pid`` is, from its command line: "engine" (an engine, or the
+    launcher's stand-in for an engine forked by the host's zygote: the PID the engine
+    reports), "forked" (such an engine: a child of the zygote, with its command line),
+    "nanny" (the process ipyparallel starts beside each remote engine:
+    ``python -m ipyparallel.engine.nanny``) or None."""
+    cmd = _cmdline(pid)
     if b"ipyparallel.engine.nanny" in cmd:
         return "nanny"
-    return "engine" if b"ipyparallel.engine" in cmd or b"ipengine" in cmd or b"workbench.engine.start" in cmd else None
+    if b"workbench.engine.zygote" in cmd:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        return "forked" if b"workbench.engine.zygote" in _cmdline(parent) else None
+    engine = (b"ipyparallel.engine", b"ipengine", b"workbench.engine.start", b"workbench.engine.forked")
+    return "engine" if any(name in cmd for name in engine) else None
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ")
+    except OSError:
+        return b""
 
 
 def _require_tools():

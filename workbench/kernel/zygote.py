@@ -1,5 +1,6 @@
 """The kernel's side of zygote start (``workbench.engine.zygote``): when to use it, and its
-process's life. Used automatically for local engines on Linux without GPUs;
+process's life. Used automatically for local engines on Linux without GPUs, and on each
+host of an SSH cluster (kept by an ``ssh`` process here; it refuses on hosts with GPUs);
 ``WORKBENCH_ZYGOTE=0`` turns it off (each engine then imports TensorFlow itself, as on GPU
 hosts). Measured here (bench/scale.py, ``--zygote both``): see bench/README.md."""
 
@@ -27,12 +28,17 @@ class Zygote:
         return self.process.pid
 
 
+def enabled() -> bool:
+    """Not turned off by ``WORKBENCH_ZYGOTE=0``."""
+    return os.environ.get("WORKBENCH_ZYGOTE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def wanted() -> bool:
     """Fork engines from a zygote here? Linux, no GPU (CUDA must not cross a fork), not
     turned off by ``WORKBENCH_ZYGOTE=0``."""
     from workbench.engine import inventory
 
-    if os.environ.get("WORKBENCH_ZYGOTE", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not enabled():
         return False
     return sys.platform.startswith("linux") and hasattr(socket, "send_fds") and not inventory.gpus()
 
@@ -78,8 +84,49 @@ def stop(z: Zygote) -> None:
         z.process.wait(5)
     except subprocess.TimeoutExpired:
         pass
-    for p in (z.path, z.path + ".tmp", z.path + ".log"):
+    for p in (z.path, z.path + ".tmp", z.path + ".log", z.path + ".pid"):
         try:
             os.unlink(p)
         except OSError:
             pass
+
+
+# -- zygotes on SSH hosts --------------------------------------------------------------
+
+def remote_path(token: str) -> str:
+    """The socket path of an SSH cluster's zygotes, ``{host}`` standing for each host's name."""
+    return f"/tmp/wbz-ssh-{token}-{{host}}.sock"
+
+
+def start_remote(hosts: list[str], path: str, ssh: list[str], python: str, env: dict[str, str]) -> list[subprocess.Popen]:
+    """A zygote on each of ``hosts``, each kept by an ``ssh`` process here (``ssh``: the
+    command and its arguments up to the host): it serves while that process lives.
+    Their output goes to this machine's temporary directory (``remove_leftovers``); a
+    zygote refuses on hosts with GPUs, and engines there import TensorFlow themselves."""
+    variables = [f"{k}={v}" for k, v in {**env, "OPENBLAS_NUM_THREADS": "1", **STARTUP_ENV}.items()]
+    out = []
+    for host in hosts:
+        log = socket_path(os.getpid(), f"{secrets.token_hex(4)}-{host}") + ".log"
+        with open(log, "wb") as f:
+            process = subprocess.Popen([*ssh, host, "env", *variables, python, "-m", "workbench.engine.zygote", path, "0"],
+                                       stdin=subprocess.PIPE, stdout=f, stderr=subprocess.STDOUT)  # its end, its zygote's
+        process.log = log
+        out.append(process)
+    return out
+
+
+def end_remote(processes: list[subprocess.Popen]) -> None:
+    """After their ssh processes were killed (their zygotes end with the sessions): reap
+    them and remove their logs."""
+    for process in processes:
+        process.stdin.close()
+        process.wait()
+        try:
+            os.unlink(process.log)
+        except OSError:
+            pass
+
+
+def remote_command(path: str, python: str) -> list[str]:
+    """The SSH launcher's engine command: ask this host's zygote for an engine."""
+    return [python, "-m", "workbench.engine.forked", path, "-"]
