@@ -113,10 +113,12 @@ the choice: cutting at the 64-wide layer doubles the traffic of cutting at the 3
 logical devices share the same two cores and memory, and handing activations from one to
 the other is a memory copy. So the speeds below do not show that lesson (walkthrough 09
 does, across emulated hosts): here splitting costs little. In three executions on this
-2-core machine the split model ran at x0.84, x1.03 and x1.32 of the whole model's speed:
-the spread comes from the machine's load and from how TensorFlow's runtime spreads two
-logical devices over two cores, not from communication. The claim checked below is only
-that splitting keeps at least 0.6 of one device's speed here.
+2-core machine the split model ran at x0.84, x1.03 and x1.32 of the whole model's speed
+(and under x0.6 once, in a test run sharing the machine with other work): the spread comes
+from the machine's load and from how TensorFlow's runtime spreads two logical devices over
+two cores, not from communication. So the ratio below is shown, not checked: a speed
+measured on a shared machine is no claim (`bench/` measures speeds, against baselines run
+alongside).
 """),
         code("""
 speed = {name: run.history.examples_per_s.median() for name, run in
@@ -126,8 +128,8 @@ pd.Series(speed, name="examples/s (median of steps)").round(0)
 """, volatile=True),
         code("""
 ratio = speed["model parallel (2 stages)"] / speed["one device"]
-print(f"model parallel at least 0.6 x one device's speed: {ratio >= 0.6} (measured x{ratio:.2f})")
-"""),
+print(f"model parallel / one device's speed: x{ratio:.2f}")
+""", volatile=True),
         code("""
 cluster.stop()
 """),
