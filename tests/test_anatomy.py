@@ -213,10 +213,6 @@ def test_profile_traces_live_steps_and_agrees_with_the_anatomy(cluster4, name):
             assert e.role == "worker" and "Fatal Python error" in str(e), e
             print(name, "TF's profiler crashed a worker; tracing the resumed run:", str(e).splitlines()[0])
             run = run.resume()
-            # its tasks are on fresh engines, whose first kernels run cold (seen: a trace's compute at
-            # 4.65 of the timers, begun at step 20): traced once warm, as this module's other runs'
-            # engines, which ran TensorFlow before, are
-            wait_for(lambda: run.step >= 300 or run.done, 120, lambda: f"the resumed run past step 300: {run}")
             p = run.profile(steps=50)
     finally:
         run.stop()
@@ -296,3 +292,32 @@ def test_compressed_all_reduce_converges_and_moves_a_half_or_a_quarter_of_the_by
         accuracy = run.evaluation["test_accuracy"]
         print(strategy, kind, f"accuracy {accuracy:.4f} (32-bit {base:.4f})")
         assert accuracy > 0.85 and abs(accuracy - base) <= 0.02, kind
+
+
+@pytest.mark.cluster
+def test_a_run_resumed_from_step_0_neither_retraces_nor_reuses_an_earlier_attempts_profile(cluster4):
+    """A run lost before its first checkpoint starts again from step 0, and the events of
+    its first attempt are dropped. Its fresh tasks once found that attempt's profile
+    request still asked (so they traced it again, from step 20) and the next profile() took
+    the same request number, so its summary read both attempts' traces from one directory:
+    compute at 4.65-4.71 of the timers in two full runs, after TF's profiler crashed a
+    worker."""
+    import os
+    import signal
+
+    run = cluster4.train(MLP, DIGITS, global_batch_size=64, steps=100_000, steps_per_execution=10,
+                         checkpoint_every=1_000_000, **TOPOLOGIES["single"])
+    try:
+        first = run.profile(steps=20)
+        os.kill(cluster4.engine_info[run.tasks[0].engine_id].pid, signal.SIGKILL)
+        with pytest.raises(wb.EngineError, match="it saved no checkpoint yet"):
+            run.wait(timeout=60)
+        run = run.resume()
+        wait_for(lambda: run.step >= 200 or run.done, 120, lambda: f"the resumed run past step 200: {run}")
+        assert "profile" not in set(run.events.kind)  # the first attempt's request: not traced again
+        second = run.profile(steps=20)
+    finally:
+        run.stop()
+    assert set(second.logdir).isdisjoint(first.logdir)
+    _, compute, _ = _timers(run.history, second.task[0], second["first"][0], second["last"][0])
+    assert 0.5 * compute <= second.compute[0] <= 2.5 * compute

@@ -31,6 +31,9 @@ def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = Non
     run_dir.clear_stop()
     if resume:  # the run is live again; its steps after the checkpoint will be done again
         run_dir.forget_end()
+        # a profile asked of the earlier attempt is not this one's to trace (from step 0 again,
+        # its fresh tasks traced it a second time, into the same directory)
+        run_dir.profile_request_file.unlink(missing_ok=True)
         saved = run_dir.checkpoint_step()
         run_dir.truncate(saved or 0)
         if saved is None:  # lost before its first checkpoint: it starts again from step 0

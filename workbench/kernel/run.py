@@ -274,8 +274,12 @@ class Run:
         steps = validate.positive_int("steps", steps)
         if self.done:
             raise RuntimeError(f"Run {self.id} has ended: profile() traces a live run")
-        with self._lock:  # a number no request of this run has used (a re-attached run's too)
-            rid = self._profiles = 1 + max([self._profiles] + [e["id"] for e in self._events if e["kind"] == "profile"])
+        # a number no request of this run has used: a re-attached run's too, and an earlier
+        # attempt's, whose events a resume from step 0 dropped but whose traces are on disk
+        traced = [int(p.name) for p in RunDir(self.run_dir).profiles_dir.glob("*") if p.name.isdigit()]
+        with self._lock:
+            rid = self._profiles = 1 + max([self._profiles, *traced] + [e["id"] for e in self._events
+                                                                        if e["kind"] == "profile"])
         if strategies.spec(self.job.strategy).has_ps:
             from workbench.kernel import profiling
 
@@ -337,6 +341,8 @@ class Run:
         df = pd.DataFrame(rows)
         if df.empty:
             return pd.DataFrame(columns=["kind", "step", "time"])
+        if "step" not in df:  # only events that name no step (a profile's: its first and last)
+            df["step"] = None
         df = df.sort_values("time", kind="stable").reset_index(drop=True)
         return df[["kind", "step"] + [c for c in df.columns if c not in ("kind", "step")]]
 
