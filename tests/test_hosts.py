@@ -76,9 +76,11 @@ def test_stop_ends_each_hosts_zygote_and_leaves_none_of_its_files(bed):
     from checks import wait_for
 
     c = bed_cluster(bed, {"h1": 1})
-    keepers, path = list(c._remote_zygotes), _zygote_path(c).format(host="h1")
-    zygote = int(bed.ssh("h1", f"cat {path}.pid").stdout)
-    c.stop()
+    try:
+        keepers, path = list(c._remote_zygotes), _zygote_path(c).format(host="h1")
+        zygote = int(bed.ssh("h1", f"cat {path}.pid").stdout)
+    finally:
+        c.stop()
     assert all(p.poll() is not None for p in keepers)
     wait_for(lambda: not os.path.exists(f"/proc/{zygote}"), 30, lambda: f"zygote {zygote} on h1 to end")
     assert bed.ssh("h1", f"ls {path}* 2>/dev/null").stdout == ""

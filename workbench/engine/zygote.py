@@ -118,14 +118,11 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
 
 
 def _die_with_stand_in(conn: socket.socket) -> None:
-    while True:
-        try:
-            if not conn.recv(4096):
-                break
-        except InterruptedError:
-            continue
-        except OSError:
-            break
+    try:
+        while conn.recv(4096):  # interrupted calls are retried by Python itself (PEP 475)
+            pass
+    except OSError:
+        pass
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -141,20 +138,28 @@ def serve(path: str, owner: int) -> None:
     path = host_path(path)
     session = owner == 0  # started over ssh: it ends when its standard input does
     if session:
-        from workbench.engine.inventory import gpus
-
         owner = os.getppid()
-        if gpus():  # CUDA's state must not cross a fork: engines here start the usual way
+    try:  # the forked engines leave through os._exit, never through this finally
+        if session and _has_gpus():  # CUDA's state must not cross a fork: engines here start the usual way
             _refuse(path, session, "this host has GPUs")
-    _write_pid(path, str(os.getpid()))
-    try:
+        _write_pid(path, str(os.getpid()))
         _serve(path, owner, session)
-    finally:  # the forked engines leave through os._exit, never through here
-        for leftover in (path, path + ".pid"):
-            try:
-                os.unlink(leftover)
-            except OSError:
-                pass
+    finally:
+        _remove(path, path + ".pid")
+
+
+def _has_gpus() -> bool:
+    from workbench.engine.inventory import gpus
+
+    return bool(gpus())
+
+
+def _remove(*paths: str) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _write_pid(path: str, content: str) -> None:
@@ -169,14 +174,8 @@ def _refuse(path: str, session: bool, reason: str) -> None:
     print(f"zygote: {reason}; not forking", file=sys.stderr, flush=True)
     if session:
         _write_pid(path, "refused")
-        try:
-            while os.read(0, 4096):
-                pass
-        finally:
-            try:
-                os.unlink(path + ".pid")
-            except OSError:
-                pass
+        while os.read(0, 4096):
+            pass
     sys.exit(REFUSED)
 
 
@@ -197,10 +196,7 @@ def _serve(path: str, owner: int, session: bool) -> None:
             sys.exit(0)
         if listener not in ready:
             if os.getppid() != owner:  # the kernel ended before Cluster.stop() or its reaper ended this
-                try:
-                    os.unlink(path + ".log")  # a local zygote's output, no one's to read now
-                except OSError:
-                    pass
+                _remove(path + ".log")  # a local zygote's output, no one's to read now
                 sys.exit(0)
             continue
         try:

@@ -165,14 +165,13 @@ class Cluster:
         options = dict(self.ipp_options)
         if self.launcher == "local" and self.controller == "local":
             options.setdefault("controller_ip", "127.0.0.1")
-        zygote_path = None
-        if self.launcher == "ssh" and zygote.enabled():  # engines fork from a zygote on their host
+        zygote_path = None  # where SSH hosts' engines fork from a zygote on their host (remote.py)
+        if self.launcher == "ssh":
             import secrets
 
-            zygote_path = zygote.remote_path(secrets.token_hex(4))
-        if self.launcher == "ssh" and not remote.configure_ssh(options, self.hosts, self.controller, self.timeout,
-                                                                zygote_path):
-            zygote_path = None
+            wanted = zygote.remote_path(secrets.token_hex(4)) if zygote.enabled() else None
+            if remote.configure_ssh(options, self.hosts, self.controller, self.timeout, wanted):
+                zygote_path = wanted
         launchers.configure(options, self.launcher, self.timeout)  # MPI, Slurm
         if self.controller == "local":
             # a dead engine is unregistered after ~3 s instead of ipyparallel's 30 s

@@ -408,10 +408,11 @@ def _is_engine(pid):
     if b"ipyparallel.engine.nanny" in cmd:
         return "nanny"
     if b"workbench.engine.zygote" in cmd:
+        import psutil
+
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+            parent = psutil.Process(pid).ppid()
+        except psutil.Error:
             return None
         return "forked" if b"workbench.engine.zygote" in _cmdline(parent) else None
     engine = (b"ipyparallel.engine", b"ipengine", b"workbench.engine.start", b"workbench.engine.forked")
