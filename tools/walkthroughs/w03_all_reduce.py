@@ -19,7 +19,9 @@ This notebook computes the bytes one step must move, measures what a run actuall
 and shows why a *ring* all-reduce uses every link's full bandwidth.
 """),
         code("""
-import psutil
+import re
+import subprocess
+
 import pandas as pd
 import workbench as wb
 
@@ -46,22 +48,39 @@ print(f"expected bytes per step, both workers together: {expected:.0f}")
         md("""
 ## What a run actually sent
 
-Both workers run on this machine, so their traffic crosses the loopback interface, whose
-byte counter the kernel can read. Two runs of different lengths cancel the fixed costs
-(start, checkpoint, metrics): the difference divided by the extra steps is the traffic of
-one training step.
+Both workers run on this machine and talk over TCP on the loopback interface: each worker's
+TensorFlow server listens on the port the engines table shows, and the other worker's
+requests and the gradients' chunks travel on connections to those ports. Linux counts the
+bytes every connection has sent (`ss -ti` shows them as `bytes_sent`); summing them over the
+connections to and from the workers' ports counts the run's own traffic only, not the
+notebook's, the browser's or any other program's on this machine. Two runs of different
+lengths cancel the fixed costs (start, checkpoint, metrics): the difference divided by the
+extra steps is the traffic of one training step.
 """),
         code("""
-def loopback_bytes_sent():
-    return psutil.net_io_counters(pernic=True)["lo"].bytes_sent
+def sent_per_connection(ports):  # {(from, to): bytes sent so far}, connections to or from these ports
+    where = " or ".join(f"sport = :{p} or dport = :{p}" for p in ports)
+    out = subprocess.run(["ss", "-tinH", f"( {where} )"], capture_output=True, text=True, check=True).stdout
+    sent, connection = {}, None
+    for line in out.splitlines():
+        if not line[:1].isspace():        # a connection: state, queues, its two addresses
+            connection = tuple(line.split()[3:5])
+        elif match := re.search(r"\\bbytes_sent:(\\d+)", line):  # its TCP counters, on the next line
+            sent[connection] = int(match.group(1))
+    return sent
+
+def train(steps):
+    return cluster.train(model=model, data=data, strategy="multi_worker_mirrored", workers=2, global_batch_size=256,
+                         steps=steps, checkpoint_every=0, dashboard=False).wait()
 
 def bytes_sent_by(steps):
-    before = loopback_bytes_sent()
-    cluster.train(model=model, data=data, strategy="multi_worker_mirrored", workers=2, global_batch_size=256,
-                  steps=steps, checkpoint_every=0, dashboard=False).wait()
-    return loopback_bytes_sent() - before
+    before = sent_per_connection(ports)
+    train(steps)
+    after = sent_per_connection(ports)  # a connection opened during the run counts from 0
+    return sum(sent - before.get(connection, 0) for connection, sent in after.items())
 
-bytes_sent_by(10)  # warm-up: the engines import TensorFlow and connect
+warm = train(10)  # warm-up: the engines import TensorFlow and connect
+ports = [int(task.target.rsplit(":", 1)[1]) for task in warm.tasks]  # the workers' TF servers
 short, long = bytes_sent_by(100), bytes_sent_by(300)
 measured = (long - short) / 200
 print(f"measured bytes per step: {measured:.0f}, {measured / expected:.3f} x the ring's figure")
@@ -70,7 +89,8 @@ print(f"measured bytes per step: {measured:.0f}, {measured / expected:.3f} x the
 print("measured within 10% of 2 (n-1)/n x gradient bytes per worker:", 0.9 < measured / expected < 1.1)
 """),
         md("""
-The few extra percent are gRPC framing and the workers' own metrics and control messages.
+What is left over is gRPC's framing and the workers' control messages: a fraction of a
+percent (TCP's own headers are not in `bytes_sent`).
 
 ## Why the ring uses all the bandwidth
 
