@@ -33,8 +33,10 @@ NOT_OPS = ("EagerService:",)
 # under its own name; this event on the tf.data thread spans it
 INPUT_EVENTS = ("IteratorGetNextOp::DoCompute",)
 # the training function's calls, as the Python thread's events name them (both synchronous
-# loops call theirs ``run_steps``): only what runs inside them is counted
-CALLS = ("run_steps",)
+# loops call theirs ``run_steps``; ``run_steps_and_agree`` also agrees on stopping, its
+# collective under the ``AGREEMENT`` name scope, left out): only what runs inside them is counted
+CALLS = ("run_steps", "run_steps_and_agree")
+AGREEMENT = "stop_agreement"
 
 
 def category(op_type: str) -> str:
@@ -79,7 +81,7 @@ def intervals(space: Any) -> tuple[dict[str, list], int]:
                     kind = "input"
                 else:
                     m = OP.match(name)
-                    if m is None or name.startswith(NOT_OPS):
+                    if m is None or name.startswith(NOT_OPS) or AGREEMENT in name:
                         continue
                     kind = category(m.group(1))
                 begin = base + event.offset_ps
@@ -98,7 +100,7 @@ def summarize(logdir: str, steps: int) -> dict[str, Any]:
     """Seconds per step in which at least one op of each category ran (the union of the
     ops' spans, so ops running at once on several threads count once: comparable with the
     anatomy's timers, which read wall time), counted inside the training function's calls
-    (not the stop agreement's collective between them) when the trace has them, and the
+    (not the stop agreement's collective, between them or at their end) when the trace has them, and the
     number of ops. Communication ops are asynchronous: their span runs from the kernel's
     start to its completion, a wait for a slower peer included."""
     import glob

@@ -33,14 +33,29 @@ def train(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> TaskR
     replica_step = loop.step_fn(t, build.loss(job), clip=clip, local_replicas=local, reduce=reduce,
                                 timed=job.anatomy)
     outputs = 2 + len(t.metrics) + loop.extra_outputs(job.anatomy, sends=reduce is not None)
-    run_steps = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy))
+    steps = loop.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy)
+    run_steps = tf.function(steps)
+
+    @tf.function
+    def run_steps_and_agree(iterator, n, flag):
+        """The steps, then the stop agreement in the same call: one call and one collective
+        less per check than a separate ``agreement`` (TF's best loop reduces once per call)."""
+        out = steps(iterator, n)
+        with tf.control_dependencies([out]), tf.name_scope(profile.AGREEMENT):
+            value = strategy.run(lambda: tf.identity(flag))
+            return out, strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
 
     def run_chunk(done, n):
         return run_steps(iterator, tf.constant(n)).numpy()
 
+    def run_chunk_and_agree(done, n, flag):
+        out, agreed = run_steps_and_agree(iterator, tf.constant(n), tf.constant(flag, tf.int32))
+        return out.numpy(), int(agreed)
+
     # each replica's loss is averaged over the global batch: x workers is this worker's mean
     done, stopped = lockstep(t, run_chunk, agreement(strategy), examples=job.global_batch_size / workers,
-                             loss_scale=workers, replicas=strategy.num_replicas_in_sync)
+                             loss_scale=workers, replicas=strategy.num_replicas_in_sync,
+                             run_chunk_and_agree=run_chunk_and_agree)
     return loop.finish(t, done, stopped)
 
 
@@ -58,26 +73,37 @@ def agreement(strategy: tf.distribute.Strategy) -> Callable[[int], tf.Tensor]:
 
 
 def lockstep(t: Training, run_chunk: Callable, agree: Callable[[int], tf.Tensor], examples: float,
-             loss_scale: float = 1.0, replicas: int = 1, every: int = 0) -> tuple[int, bool]:
+             loss_scale: float = 1.0, replicas: int = 1, every: int = 0,
+             run_chunk_and_agree: Callable | None = None) -> tuple[int, bool]:
     """Chunks of ``run_chunk(done, n) -> (losses, hits, *metric values)`` up to the next
     checkpoint, evaluation, agreed stop check or multiple of ``every``; each step published
     as this worker's shard of ``examples`` examples (its loss x ``loss_scale``). Returns
-    (steps done, stopped)."""
+    (steps done, stopped). Workers agree on stopping with ``agree(flag) -> sum over
+    workers`` after each chunk that ends at a check; or, when given,
+    ``run_chunk_and_agree(done, n, flag) -> (outputs, sum)`` runs such a chunk and the
+    agreement in one call (with the stop flag read as the chunk starts; ``run.profile()``
+    leaves its collective out, as it leaves out ``agree``'s calls)."""
     profiling = profile.Profiling(t)
     try:
-        return _lockstep(t, run_chunk, agree, examples, loss_scale, replicas, every, profiling)
+        return _lockstep(t, run_chunk, agree, examples, loss_scale, replicas, every, profiling,
+                         run_chunk_and_agree)
     finally:
         profiling.close()
 
 
-def _lockstep(t, run_chunk, agree, examples, loss_scale, replicas, every, profiling):
+def _lockstep(t, run_chunk, agree, examples, loss_scale, replicas, every, profiling, run_chunk_and_agree):
     job, ctx, pub, board, metrics = t.job, t.ctx, t.pub, t.board, t.metrics
     done = t.start
     while done < job.steps:
         n = min(job.steps_per_execution, job.steps - done,
                 loop.until_next(done, every, job.checkpoint_every, job.eval_every, job.stop_check_every))
+        check = (done + n) % job.stop_check_every == 0 or done + n >= job.steps  # the same on every worker
+        agreed = None
         t0 = time.perf_counter()
-        losses, hits, *values = run_chunk(done, n)
+        if check and run_chunk_and_agree is not None:
+            (losses, hits, *values), agreed = run_chunk_and_agree(done, n, int(loop.stop_requested(job)))
+        else:
+            losses, hits, *values = run_chunk(done, n)
         dt = time.perf_counter() - t0
         values, parts = values[:len(metrics)], values[len(metrics):]
         for j, loss in enumerate(losses):
@@ -96,7 +122,9 @@ def _lockstep(t, run_chunk, agree, examples, loss_scale, replicas, every, profil
             loop.save(t, done)
         if job.eval_every and done % job.eval_every == 0 and done < job.steps and ctx.is_chief:
             loop.evaluate(t, done)
-        if done % job.stop_check_every == 0 or done >= job.steps:
-            if int(agree(int(loop.stop_requested(job)))):
+        if check:
+            if agreed is None:
+                agreed = int(agree(int(loop.stop_requested(job))))
+            if agreed:
                 return done, True
     return done, False
