@@ -246,12 +246,11 @@ class Dashboard:
             self.anatomy.value = render.inside_step_html(run)
         self.progress.value = min(run.step, run.job.steps)
         self.status.value = f"<span class='wb-state'>{html.escape(self._status_text())}</span>"
-        placement = run.placement
-        tasks, variables = render.placement_tables(placement)
+        tasks, variables = run.placement_rows()
         # tasks report one by one, and a replaced worker reports again from its new engine
         # (same rows, another engine and pid): redraw at once; on a test bed the links' use
         # changes all the time: redraw for that at most once a second (and when the run ends)
-        key = (len(placement), tuple((t.get("role"), t.get("task"), t.get("engine"), t.get("pid")) for t in tasks))
+        key = (len(variables), tuple((t.get("role"), t.get("task"), t.get("engine"), t.get("pid")) for t in tasks))
         use = render.link_key(link_state)
         now = time.monotonic()
         changed = key != self._placement_key[0] or (
@@ -259,7 +258,7 @@ class Dashboard:
         if tasks and changed:
             self._placement_key = (key, use, now)
             per = render.bytes_per_task(variables)
-            table = placement.astype(object).fillna("").to_html(index=False, max_rows=60)
+            table = run.placement.astype(object).fillna("").to_html(index=False, max_rows=60)
             self.placement.value = (render.placement_svg(tasks, variables, links=link_state) +
                                     "<div>bytes of variables per task: " +
                                     ", ".join(f"{html.escape(k)} {v:,}" for k, v in per.items()) +

@@ -8,6 +8,7 @@ across workers of each step with a spread band (10th-90th percentile) and names 
 slowest workers instead.
 """
 
+import warnings
 from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -79,14 +80,19 @@ class LiveStats:
     def by_step(self) -> dict[str, np.ndarray]:
         """Arrays over the steps seen, in step order: step, elapsed (max over workers), loss
         mean, median, 10th and 90th percentile, examples/s median, 10th, 90th percentile."""
+        groups = {}  # steps by how many rows they have (usually one per worker): one numpy call per group
         for step in self._dirty:
-            losses, eps, elapsed = self._steps[step]
-            lo = np.asarray(losses, float)
-            ex = np.asarray(eps, float)
-            lq = np.nanpercentile(lo, (50, 10, 90)) if np.isfinite(lo).any() else (np.nan,) * 3
-            eq = np.nanpercentile(ex, (50, 10, 90)) if np.isfinite(ex).any() else (np.nan,) * 3
-            mean = float(np.nanmean(lo)) if np.isfinite(lo).any() else np.nan
-            self._summary[step] = (elapsed, mean, *lq, *eq)
+            groups.setdefault(len(self._steps[step][0]), []).append(step)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a step whose values are all NaN: NaN
+            for steps in groups.values():
+                lo = np.array([self._steps[s][0] for s in steps], float)
+                ex = np.array([self._steps[s][1] for s in steps], float)
+                lq, eq = _percentiles(lo), _percentiles(ex)
+                mean = np.nanmean(lo, axis=1)
+                mean[~np.isfinite(lo).any(axis=1)] = np.nan
+                for i, step in enumerate(steps):
+                    self._summary[step] = (self._steps[step][2], mean[i], *lq[:, i], *eq[:, i])
         self._dirty.clear()
         steps = np.fromiter(sorted(self._summary), float, len(self._summary))
         table = np.array([self._summary[int(s)] for s in steps], float).reshape(len(steps), 8)
@@ -131,6 +137,20 @@ class LiveStats:
             "metrics": metrics,
             "slowest": sorted(medians, key=medians.get),
         }
+
+
+def _percentiles(values: np.ndarray) -> np.ndarray:
+    """Median, 10th and 90th percentile of each row, NaN left out; NaN for a row with no
+    finite value. (numpy's nanpercentile loops over rows in Python: rows without NaN, nearly
+    all of them, go through percentile's vectorized path, the same numbers.)"""
+    out = np.full((3, len(values)), np.nan)
+    finite = np.isfinite(values)
+    clean = finite.all(axis=1)
+    if clean.any():
+        out[:, clean] = np.percentile(values[clean], (50, 10, 90), axis=1)
+    for i in np.flatnonzero(~clean & finite.any(axis=1)):
+        out[:, i] = np.nanpercentile(values[i], (50, 10, 90))
+    return out
 
 
 def ema(values: ArrayLike, smoothing: float) -> np.ndarray:
