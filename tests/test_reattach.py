@@ -2,15 +2,19 @@
 the kernel is killed, another one attaches, ``wb.load`` finds the run still training, its
 dashboard is live again and ``stop()`` works; the cluster's engines then resume it."""
 
+import glob
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
 
 import workbench as wb
+from workbench.common.roles import engine_tmpdir
+from workbench.kernel.processes import sweep_engine_tmpdirs
 from workbench.kernel.recorded import RecordedRun
 from workbench.kernel.run import Run
 from checks import stop_process_tree, wait_for
@@ -47,6 +51,10 @@ def ipcluster():
         yield proc
     finally:  # on SIGINT ipcluster stops its engines and controller
         stop_process_tree(proc, "ipcluster's processes", ask=signal.SIGINT)
+        # it kills its engines: the private TMPDIRs the workbench gave them would wait for the
+        # next Cluster() to sweep them (those of engines whose process is gone)
+        sweep_engine_tmpdirs()
+        assert not glob.glob(engine_tmpdir(tempfile.gettempdir(), PROFILE, "*")), "an engine of ipcluster outlived it"
 
 
 def test_a_run_on_an_attached_cluster_is_picked_up_live_after_its_kernel_dies(ipcluster):
