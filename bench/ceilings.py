@@ -81,16 +81,20 @@ def plain_loop(features, hidden, classes, batch, steps):
     return steps / (time.perf_counter() - t)
 
 
-def allreduce_rates(shapes, iters, rounds):
+def allreduce_rates(shapes, iters, rounds, barrier):
     """On each MWMS worker engine at once: bytes/s of all_reduce(SUM) over the gradient list
     (one tensor per variable, as Keras's optimizer does) and over one packed tensor of the
-    same size, alternated ``rounds`` times."""
+    same size, alternated ``rounds`` times (``barrier``: a name new for this call, the same
+    on each engine)."""
     import time
 
     import numpy as np
     import tensorflow as tf
 
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # same TF_CONFIG and ports as the run before
+    from workbench.engine.strategies.multi_worker_mirrored import collective_strategy
+
+    # same TF_CONFIG and ports as the run before; built by every worker before any collective
+    strategy = collective_strategy(barrier)
     per_variable = [tf.ones(s) for s in shapes]
     size = sum(int(np.prod(s)) for s in shapes)
     packed = [tf.ones([size])]
@@ -182,7 +186,7 @@ def allreduce(quick, repeats):
         run.wait()
         ids = [t.engine_id for t in run.tasks]
         rates = cluster.client[ids].apply_async(allreduce_rates, shapes, 20 if quick else 200,
-                                                repeats).get(timeout=600)
+                                                repeats, f"{run.id}-ceilings").get(timeout=600)
     pairs = rates[0]  # both workers time the same collectives; worker 0's figures
     loopback = [loopback_bytes_per_s((64 if quick else 1024) << 20) for _ in range(repeats)]
     size = 4 * sum(math.prod(s) for s in shapes)

@@ -299,6 +299,38 @@ def test_two_topologies_back_to_back_recycle_only_when_needed(cluster4):
 
 
 @ipp.interactive
+def build_next_strategy_late(seconds):
+    """On this engine, the next MultiWorkerMirroredStrategy is built ``seconds`` late."""
+    import time
+
+    import tensorflow as tf
+
+    original = tf.distribute.MultiWorkerMirroredStrategy
+
+    def late(*args, **kwargs):
+        tf.distribute.MultiWorkerMirroredStrategy = original
+        time.sleep(seconds)
+        return original(*args, **kwargs)
+
+    tf.distribute.MultiWorkerMirroredStrategy = late
+
+
+@pytest.mark.parametrize("strategy", ["multi_worker_mirrored", "parameter_averaging"])
+def test_a_rerun_whose_leader_builds_its_strategy_late_trains(cluster4, strategy):
+    """Re-running on the same engines rebuilds each worker's collective state; a worker
+    that got there first used to read the leader's old group and fail at its first
+    collective ("group 1 not found. This normally means the server has restarted"; seen
+    in CI, where the leader was late by chance). The leader is made late here on purpose."""
+    args = dict(strategy=strategy, workers=2, global_batch_size=64, steps=10, checkpoint_every=0)
+    first = cluster4.train(MLP, DIGITS, **args).wait(timeout=300)
+    leader = next(t.engine_id for t in first.tasks if t.name == "worker:0")
+    cluster4.client[leader].apply_sync(build_next_strategy_late, 2.0)
+    again = cluster4.train(MLP, DIGITS, **args).wait(timeout=300)
+    assert [t.engine_id for t in again.tasks] == [t.engine_id for t in first.tasks], "the same engines, re-used"
+    assert again.final_step == 10
+
+
+@ipp.interactive
 def synthetic_dataset_fn(input_context):
     import tensorflow as tf
 

@@ -23,10 +23,11 @@ def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
     import tensorflow as tf
 
     from workbench.engine import build, compression, loop, synchronous
+    from workbench.engine.strategies.multi_worker_mirrored import collective_strategy
 
     # the collectives that average the replicas; the replicas themselves are plain
     # variables of this process, trained with no strategy at all
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    strategy = collective_strategy(job.run_id)
     t = loop.prepare(tf.distribute.get_strategy(), job, ctx)
     local = job.global_batch_size // job.workers
     context = tf.distribute.InputContext(num_input_pipelines=job.workers,
