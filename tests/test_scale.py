@@ -129,3 +129,21 @@ def test_kernel_cost_grows_linearly_with_workers(runs):
     small = min(_kernel_cpu(runs, 64) for _ in range(2))
     large = min(_kernel_cpu(runs, 256) for _ in range(2))
     assert large / small < 6, f"64 workers: {small:.3f} s, 256 workers: {large:.3f} s (x{large / small:.1f})"
+
+
+@pytest.mark.parametrize("n", [1, 2, 127, 128, 129, 5000])
+def test_the_dashboards_smoothing_is_the_reference_ema_in_blocks(n):
+    """livestats.ema (the live dashboard's, a matrix product per block of 128) gives
+    render.ema's numbers (the loop, as TensorBoard smooths), non-finite values included."""
+    import numpy as np
+
+    from workbench.kernel import render
+
+    rng = np.random.default_rng(n)
+    for smoothing in (0.3, 0.9, 0.99):
+        for bad in (None, 0, n // 2, n - 1):
+            x = rng.normal(size=n) * 3 + 2
+            if bad is not None:
+                x[bad] = rng.choice([np.nan, np.inf, -np.inf])
+            assert np.allclose(livestats.ema(x, smoothing), render.ema(x, smoothing), rtol=1e-12, atol=1e-12,
+                               equal_nan=True), (smoothing, bad)

@@ -53,7 +53,7 @@ def train(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> TaskR
         return out.numpy(), int(agreed)
 
     # each replica's loss is averaged over the global batch: x workers is this worker's mean
-    done, stopped = lockstep(t, run_chunk, agreement(strategy), examples=job.global_batch_size / workers,
+    done, stopped = lockstep(t, run_chunk, None, examples=job.global_batch_size / workers,
                              loss_scale=workers, replicas=strategy.num_replicas_in_sync,
                              run_chunk_and_agree=run_chunk_and_agree)
     return loop.finish(t, done, stopped)
@@ -72,14 +72,14 @@ def agreement(strategy: tf.distribute.Strategy) -> Callable[[int], tf.Tensor]:
     return agree
 
 
-def lockstep(t: Training, run_chunk: Callable, agree: Callable[[int], tf.Tensor], examples: float,
+def lockstep(t: Training, run_chunk: Callable, agree: Callable[[int], tf.Tensor] | None, examples: float,
              loss_scale: float = 1.0, replicas: int = 1, every: int = 0,
              run_chunk_and_agree: Callable | None = None) -> tuple[int, bool]:
     """Chunks of ``run_chunk(done, n) -> (losses, hits, *metric values)`` up to the next
     checkpoint, evaluation, agreed stop check or multiple of ``every``; each step published
     as this worker's shard of ``examples`` examples (its loss x ``loss_scale``). Returns
     (steps done, stopped). Workers agree on stopping with ``agree(flag) -> sum over
-    workers`` after each chunk that ends at a check; or, when given,
+    workers`` after each chunk that ends at a check; or, when given (``agree`` None),
     ``run_chunk_and_agree(done, n, flag) -> (outputs, sum)`` runs such a chunk and the
     agreement in one call (with the stop flag read as the chunk starts; ``run.profile()``
     leaves its collective out, as it leaves out ``agree``'s calls)."""
