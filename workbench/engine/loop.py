@@ -276,25 +276,37 @@ def steps_fn(strategy: tf.distribute.Strategy, replica_step: Callable, outputs: 
     one shorter when ``n`` is not a multiple): the first unrolled call comes sooner than
     with all ``n`` traced in the outer function, for a few percent of steps/s, since each
     inner call waits for all of the previous one's variable updates. bench/README.md has
-    the measurements behind both choices."""
+    the measurements behind both choices.
+
+    AutoGraph converts the replica step (and the loss and metrics it calls) as before, but
+    not these wrappers: their loop is an explicit ``tf.while_loop``, and the functions that
+    call them are traced with ``autograph=False`` (``AUTOGRAPH_OFF``). Converting them took
+    0.6 s of the first trace of a parameter-server run (cProfile on the chief), before its
+    first step."""
     import tensorflow as tf
+    from tensorflow.python.autograph.core import ag_ctx
 
     def local_sum(value):
         return tf.add_n(strategy.experimental_local_results(value))
+
+    def replicas(x, y):
+        # strategy.run converts its function when AutoGraph is on where it is called
+        with ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED):
+            return strategy.run(replica_step, args=(x, y))
 
     def one_step(iterator_or_batch):
         """(values, input seconds) of one step; the batch is read from an iterator here."""
         if not timed:
             x, y = iterator_or_batch if isinstance(iterator_or_batch, tuple) else next(iterator_or_batch)
-            return [local_sum(v) for v in strategy.run(replica_step, args=(x, y))]
+            return [local_sum(v) for v in replicas(x, y)]
         began = tf.timestamp()
         with tf.control_dependencies([began]):
             x, y = iterator_or_batch if isinstance(iterator_or_batch, tuple) else next(iterator_or_batch)
         with tf.control_dependencies(tf.nest.flatten((x, y), expand_composites=True)):
             waited = tf.cast(tf.timestamp() - began, tf.float32)
-        return [local_sum(v) for v in strategy.run(replica_step, args=(x, y))] + [waited]
+        return [local_sum(v) for v in replicas(x, y)] + [waited]
 
-    @tf.function
+    @tf.function(autograph=False)
     def chunk(batches):
         """Steps on these batches, one after the other (one trace per chunk length)."""
         return [one_step(b) for b in batches]
@@ -307,12 +319,17 @@ def steps_fn(strategy: tf.distribute.Strategy, replica_step: Callable, outputs: 
             for i in range(0, n, UNROLL_CHUNK):
                 rows += chunk([next(iterator) for _ in range(min(UNROLL_CHUNK, n - i))])
             return tf.stack([tf.stack([r[k] for r in rows]) for k in range(total)])
+        def body(i, *columns):
+            return (i + 1, *[c.write(i, v) for c, v in zip(columns, one_step(iterator))])
+
         columns = [tf.TensorArray(tf.float32, size=n) for _ in range(total)]
-        for i in tf.range(n):
-            columns = [c.write(i, v) for c, v in zip(columns, one_step(iterator))]
+        _, *columns = tf.while_loop(lambda i, *_: i < n, body, (tf.constant(0), *columns))
         return tf.stack([c.stack() for c in columns])
 
     return run_steps
+
+
+AUTOGRAPH_OFF = dict(autograph=False)  # tf.function's options for what calls steps_fn's steps
 
 
 def extra_outputs(timed: bool, sends: bool) -> int:
