@@ -373,6 +373,27 @@ def test_dataset_fn_callable_loss_and_optimizer_and_tensorboard(cluster4):
     assert list((run.run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
 
+@ipp.interactive
+def branching_loss(y_true, y_pred):
+    """A user's loss with Python control flow on a tensor: only AutoGraph makes it a graph."""
+    import keras
+    import tensorflow as tf
+
+    loss = keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
+    if tf.reduce_mean(loss) > 100.0:
+        loss = loss / 100.0
+    return loss
+
+
+@pytest.mark.parametrize("topology", ["multi_worker_mirrored", "parameter_server"])
+def test_a_users_loss_with_python_control_flow_on_tensors_still_trains(cluster4, topology):
+    """The loop's own wrappers are traced without AutoGraph (loop.AUTOGRAPH_OFF); what the
+    replica step calls of the user's is converted as before."""
+    run = cluster4.train(small_model, synthetic_dataset_fn, loss=branching_loss, checkpoint_every=0,
+                         global_batch_size=64, steps=40, **TOPOLOGIES[topology]).wait(timeout=300)
+    assert run.final_step == 40 and np.isfinite(run.history.loss).all()
+
+
 def test_evaluation_every_n_steps_and_training_accuracy(cluster4):
     run = cluster4.train(MLP, DIGITS, strategy="single", workers=1, global_batch_size=64, steps=90,
                         eval_every=30, checkpoint_every=0).wait(timeout=300)
