@@ -67,6 +67,56 @@ def test_no_straggler_within_twenty_percent():
     assert anatomy.straggler(pd.Series({"a": 1.0})) is None
 
 
+def _pandas_table(history, skip=0):
+    """anatomy.table as pandas groupbys computed it (before 2026-11-24): the reference."""
+    import pandas as pd
+
+    cols = ["worker", "steps", "step_time", *anatomy.PARTS, "bytes_per_step", "busy", "straggler"]
+    if history is None or not len(history) or not anatomy.has_anatomy(history):
+        return pd.DataFrame(columns=cols)
+    h = history[history.step > skip] if (history.step > skip).any() else history
+    h = anatomy.per_step(h)
+    if h.empty:
+        return pd.DataFrame(columns=cols)
+    g = h.groupby("worker")
+    sums = g[list(anatomy.PARTS) + ["wall"]].sum()
+    out = pd.DataFrame({"steps": g.size(), "step_time": sums["wall"] / g.size()})
+    for p in anatomy.PARTS:
+        out[p] = sums[p] / sums["wall"]
+    out["bytes_per_step"] = g["comm_bytes"].mean() if "comm_bytes" in h else 0.0
+    out["busy"] = (sums["wall"] - sums["waiting"]) / g.size()
+    out["straggler"] = False
+    slow = anatomy.straggler(out["busy"])
+    if slow is not None:
+        out.loc[slow, "straggler"] = True
+    return out.reset_index()[cols]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_numpy_table_gives_the_pandas_tables_numbers(seed):
+    """anatomy.table (numpy, what the dashboard rebuilds every second) against the pandas
+    groupbys it replaced: workers that miss steps, NaN timers, bytes, parameter-server waits."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for w in range(1 + seed % 4):
+        for s in range(1, 200):
+            if rng.random() < 0.1:
+                continue  # a step this worker has not reported
+            rows.append(dict(step=s, worker=f"worker:{w}", step_time=rng.uniform(1e-3, 3e-3),
+                             input_time=rng.choice([np.nan, rng.uniform(0, 1e-4)]),
+                             compute_time=rng.choice([np.nan, rng.uniform(5e-4, 2e-3)], p=[0.05, 0.95]),
+                             comm_time=rng.choice([np.nan, rng.uniform(0, 1e-3)], p=[0.05, 0.95]),
+                             comm_bytes=rng.choice([np.nan, 1000.0], p=[0.1, 0.9])))
+    h = pd.DataFrame(rows)
+    cases = [h, h.drop(columns="comm_bytes"), h.assign(wait_time=rng.uniform(0, 1e-3, len(h)))]
+    for case in cases:
+        for skip in (0, 20, 10_000):
+            want, got = _pandas_table(case, skip), anatomy.table(case, skip)
+            pd.testing.assert_frame_equal(got, want, check_dtype=False, rtol=1e-12)
+
+
 def test_runs_without_anatomy_give_an_empty_table():
     h = pd.DataFrame([dict(step=1, worker="worker:0", step_time=0.01)])
     assert anatomy.table(h).empty and list(anatomy.table(h).columns)[0] == "worker"
