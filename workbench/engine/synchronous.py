@@ -83,6 +83,8 @@ def lockstep(t: Training, run_chunk: Callable, agree: Callable[[int], tf.Tensor]
     ``run_chunk_and_agree(done, n, flag) -> (outputs, sum)`` runs such a chunk and the
     agreement in one call (with the stop flag read as the chunk starts; ``run.profile()``
     leaves its collective out, as it leaves out ``agree``'s calls)."""
+    if agree is None and run_chunk_and_agree is None:
+        raise ValueError("lockstep needs agree or run_chunk_and_agree: the workers must agree on stopping")
     profiling = profile.Profiling(t)
     try:
         return _lockstep(t, run_chunk, agree, examples, loss_scale, replicas, every, profiling,

@@ -174,7 +174,7 @@ class Cluster:
                 zygote_path = wanted
         launchers.configure(options, self.launcher, self.timeout)  # MPI, Slurm
         if self.controller == "local":
-            options.setdefault("controller_args", heartbeat_args(self.n))
+            options.setdefault("controller_args", heartbeat_args(self.n, local=self.launcher == "local"))
         if self.launcher == "local":
             # engines import TensorFlow while they register (workbench.engine.start), or
             # fork from a zygote that imported it once (zygote.py); they start with the
@@ -643,14 +643,17 @@ def _in_notebook():
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def heartbeat_args(engines: int) -> list[str]:
+def heartbeat_args(engines: int, local: bool = True) -> list[str]:
     """The controller's heartbeat: a dead engine is unregistered after ~4 s (ipyparallel's
     default: 30 s). An engine's registration completes on the controller's second beat after
-    it connects, so up to 16 engines beat every 100 ms: Cluster(engines=4) was ready 1.2 s
-    sooner than at 1 s (4.9 -> 3.6-3.7 s), for 0.011-0.018 of a core more in the controller
-    and 0.003 per idle engine (measured with 4 and 16 engines); larger clusters keep 1 s."""
-    period = 100 if engines <= 16 else 1000
+    it connects, so up to 16 local engines beat every 100 ms: Cluster(engines=4) was ready
+    1.2 s sooner than at 1 s (4.9 -> 3.6-3.7 s), for 0.011 (4 engines) to 0.018 (16) of a
+    core more in the controller and 0.003 per idle engine. Engines on other hosts (SSH, MPI,
+    Slurm) and larger clusters keep 1 s: ipyparallel counts a beat missed when its answer
+    takes longer than two periods, and a link to another host may well take 200 ms."""
+    period = 100 if local and engines <= 16 else 1000
     return [f"--HeartMonitor.period={period}", f"--HeartMonitor.max_heartmonitor_misses={4000 // period - 1}"]
+
 
 def _profile_path(profile):
     from IPython.paths import get_ipython_dir

@@ -2,6 +2,7 @@
 
 import os
 import time
+import uuid
 from dataclasses import replace
 
 from typing import Any
@@ -25,7 +26,8 @@ def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = Non
     tasks = cluster.pool.plan(spec.roles, job.workers, job.ps, spec.multi_engine, devices=job.devices)
     if resume:
         job = replace(job, resume=True, steps=steps or job.steps,
-                      run_id=job.run_id.split("~")[0] + f"~{int(time.time())}")
+                      # new for each attempt: its engines' strategy barrier is named after it
+                      run_id=job.run_id.split("~")[0] + f"~{int(time.time())}{uuid.uuid4().hex[:4]}")
     run_dir = RunDir(job.run_dir)
     run_dir.path.mkdir(parents=True, exist_ok=True)
     run_dir.clear_stop()
