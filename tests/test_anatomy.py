@@ -67,6 +67,30 @@ def test_no_straggler_within_twenty_percent():
     assert anatomy.straggler(pd.Series({"a": 1.0})) is None
 
 
+def _pandas_per_step(history):
+    """Seconds per (worker, step) in each part, from the rows' columns; the history's rows
+    with anatomy only (anatomy.per_step before 2026-11-24, in pandas: the reference)."""
+    import numpy as np
+
+    h = history.dropna(subset=["compute_time"]).copy()
+    if h.empty:
+        return h.assign(**{p: [] for p in anatomy.PARTS})
+    if "wait_time" in h and h["wait_time"].notna().any():  # parameter server: idle between calls
+        comm = h["comm_time"]
+        waiting = h["wait_time"].fillna(0.0)
+    else:
+        transfer = h.groupby("step")["comm_time"].transform("min")
+        comm, waiting = transfer, h["comm_time"] - transfer
+    h["input"] = h["input_time"]
+    h["compute"] = h["compute_time"]
+    h["communication"] = comm
+    h["waiting"] = waiting
+    wall = np.maximum(h["step_time"], h[["input", "compute", "communication", "waiting"]].sum(axis=1))
+    h["other"] = wall - h[["input", "compute", "communication", "waiting"]].sum(axis=1)
+    h["wall"] = wall
+    return h
+
+
 def _pandas_table(history, skip=0):
     """anatomy.table as pandas groupbys computed it (before 2026-11-24): the reference."""
     import pandas as pd
@@ -75,7 +99,7 @@ def _pandas_table(history, skip=0):
     if history is None or not len(history) or not anatomy.has_anatomy(history):
         return pd.DataFrame(columns=cols)
     h = history[history.step > skip] if (history.step > skip).any() else history
-    h = anatomy.per_step(h)
+    h = _pandas_per_step(h)
     if h.empty:
         return pd.DataFrame(columns=cols)
     g = h.groupby("worker")
@@ -94,8 +118,9 @@ def _pandas_table(history, skip=0):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_numpy_table_gives_the_pandas_tables_numbers(seed):
-    """anatomy.table (numpy, what the dashboard rebuilds every second) against the pandas
-    groupbys it replaced: workers that miss steps, NaN timers, bytes, parameter-server waits."""
+    """anatomy.table and per_step (numpy; the dashboard rebuilds the table every second)
+    against the pandas code they replaced: workers that miss steps, NaN timers, bytes,
+    parameter-server waits."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -115,6 +140,7 @@ def test_the_numpy_table_gives_the_pandas_tables_numbers(seed):
         for skip in (0, 20, 10_000):
             want, got = _pandas_table(case, skip), anatomy.table(case, skip)
             pd.testing.assert_frame_equal(got, want, check_dtype=False, rtol=1e-12)
+        pd.testing.assert_frame_equal(anatomy.per_step(case), _pandas_per_step(case), check_dtype=False, rtol=1e-12)
 
 
 def test_runs_without_anatomy_give_an_empty_table():

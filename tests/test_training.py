@@ -387,7 +387,7 @@ def branching_loss(y_true, y_pred):
 
 @pytest.mark.parametrize("topology", ["multi_worker_mirrored", "parameter_server"])
 def test_a_users_loss_with_python_control_flow_on_tensors_still_trains(cluster4, topology):
-    """The loop's own wrappers are traced without AutoGraph (loop.AUTOGRAPH_OFF); what the
+    """The loop's own wrappers are traced without AutoGraph (loop.steps_fn); what the
     replica step calls of the user's is converted as before."""
     # 1,000 parameter-server steps: its unrolled calls too (strategies' unroll_min_steps)
     steps = 1000 if topology == "parameter_server" else 40

@@ -69,28 +69,39 @@ def has_anatomy(history: pd.DataFrame) -> bool:
     return all(c in history for c in COLUMNS[:3]) and history["compute_time"].notna().any()
 
 
+def _parts(h: pd.DataFrame) -> dict:
+    """Seconds in each part (``PARTS``) and the step's ``wall`` time, one array entry per
+    row of ``h`` (rows with ``compute_time`` only, at least one)."""
+    import numpy as np
+
+    def col(name):
+        return h[name].to_numpy(float)
+
+    comm_time = col("comm_time")
+    if "wait_time" in h and h["wait_time"].notna().any():  # parameter server: idle between calls
+        wait_time = col("wait_time")
+        comm, waiting = comm_time, np.where(np.isnan(wait_time), 0.0, wait_time)
+    else:  # the step's transfer: the all-reduce time of the worker that arrived last
+        _, s = np.unique(h.step.to_numpy(), return_inverse=True)
+        transfer = np.full(s.max() + 1, np.inf)
+        np.fmin.at(transfer, s, comm_time)
+        transfer[np.bincount(s, weights=~np.isnan(comm_time), minlength=len(transfer)) == 0] = np.nan
+        comm = transfer[s]
+        waiting = comm_time - comm
+    measured = {"input": col("input_time"), "compute": col("compute_time"), "communication": comm,
+                "waiting": waiting}
+    four = np.nansum(np.stack(list(measured.values())), axis=0)  # a NaN part counts 0
+    wall = np.maximum(col("step_time"), four)
+    return {**measured, "other": wall - four, "wall": wall}
+
+
 def per_step(history: pd.DataFrame) -> pd.DataFrame:
     """Seconds per (worker, step) in each part, from the rows' columns; the history's rows
     with anatomy only."""
-    import numpy as np
-
-    h = history.dropna(subset=["compute_time"]).copy()
+    h = history[history["compute_time"].notna()]
     if h.empty:
         return h.assign(**{p: [] for p in PARTS})
-    if "wait_time" in h and h["wait_time"].notna().any():  # parameter server: idle between calls
-        comm = h["comm_time"]
-        waiting = h["wait_time"].fillna(0.0)
-    else:
-        transfer = h.groupby("step")["comm_time"].transform("min")
-        comm, waiting = transfer, h["comm_time"] - transfer
-    h["input"] = h["input_time"]
-    h["compute"] = h["compute_time"]
-    h["communication"] = comm
-    h["waiting"] = waiting
-    wall = np.maximum(h["step_time"], h[["input", "compute", "communication", "waiting"]].sum(axis=1))
-    h["other"] = wall - h[["input", "compute", "communication", "waiting"]].sum(axis=1)
-    h["wall"] = wall
-    return h
+    return h.assign(**_parts(h))
 
 
 def table(history: pd.DataFrame | None, skip: int = 0) -> pd.DataFrame:
@@ -98,9 +109,9 @@ def table(history: pd.DataFrame | None, skip: int = 0) -> pd.DataFrame:
     handed to the all-reduce per step, busy seconds per step and whether it is the run's
     straggler. ``skip``: steps left out at the start (the first call traces its function).
 
-    ``per_step``'s parts summed per worker, in numpy: the live dashboard rebuilds this
-    every second from the whole history, and pandas' groupbys took 13-29 ms per call at
-    6,000 rows (the same numbers, tests/test_anatomy.py)."""
+    Summed per worker in numpy: the live dashboard rebuilds this every second from the
+    whole history, and pandas' groupbys took 13-29 ms per call at 6,000 rows (the same
+    numbers: tests/test_anatomy.py keeps those groupbys as the reference)."""
     import numpy as np
     import pandas as pd
 
@@ -112,40 +123,24 @@ def table(history: pd.DataFrame | None, skip: int = 0) -> pd.DataFrame:
     h = h[h["compute_time"].notna()]
     if h.empty:
         return pd.DataFrame(columns=cols)
-
-    def col(name):
-        return h[name].to_numpy(float)
-
+    parts = _parts(h)
     names, w = np.unique(h.worker.to_numpy(), return_inverse=True)
-    comm_time = col("comm_time")
-    if "wait_time" in h and h["wait_time"].notna().any():  # parameter server: idle between calls
-        comm, waiting = comm_time, np.where(np.isnan(col("wait_time")), 0.0, col("wait_time"))
-    else:  # the step's transfer: the all-reduce time of the worker that arrived last
-        _, s = np.unique(h.step.to_numpy(), return_inverse=True)
-        transfer = np.full(s.max() + 1, np.inf)
-        np.fmin.at(transfer, s, comm_time)
-        transfer[np.bincount(s, weights=~np.isnan(comm_time), minlength=len(transfer)) == 0] = np.nan
-        comm = transfer[s]
-        waiting = comm_time - comm
-    measured = [col("input_time"), col("compute_time"), comm, waiting]
-    four = np.nansum(np.stack(measured), axis=0)
-    wall = np.maximum(col("step_time"), four)
 
     def per_worker(x):  # sums skip NaN, as pandas' do
         return np.bincount(w, weights=np.where(np.isnan(x), 0.0, x), minlength=len(names))
 
     n = np.bincount(w, minlength=len(names))
-    walls = per_worker(wall)
+    walls = per_worker(parts["wall"])
     out = pd.DataFrame({"steps": n, "step_time": walls / n}, index=pd.Index(names, name="worker"))
-    for p, x in zip(PARTS, [*measured, wall - four]):
-        out[p] = per_worker(x) / walls
+    for p in PARTS:
+        out[p] = per_worker(parts[p]) / walls
     if "comm_bytes" in h:
-        sent = col("comm_bytes")
+        sent = h["comm_bytes"].to_numpy(float)
         with np.errstate(invalid="ignore", divide="ignore"):
             out["bytes_per_step"] = per_worker(sent) / np.bincount(w, weights=~np.isnan(sent), minlength=len(names))
     else:
         out["bytes_per_step"] = 0.0
-    out["busy"] = (walls - per_worker(waiting)) / n
+    out["busy"] = (walls - per_worker(parts["waiting"])) / n
     out["straggler"] = False
     slow = straggler(out["busy"])
     if slow is not None:

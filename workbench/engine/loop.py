@@ -280,7 +280,7 @@ def steps_fn(strategy: tf.distribute.Strategy, replica_step: Callable, outputs: 
 
     AutoGraph converts the replica step (and the loss and metrics it calls) as before, but
     not these wrappers: their loop is an explicit ``tf.while_loop``, and the functions that
-    call them are traced with ``autograph=False`` (``AUTOGRAPH_OFF``). Converting them took
+    call them are traced with ``autograph=False``. Converting them took
     0.6 s of the first trace of a parameter-server run (cProfile on the chief), before its
     first step."""
     import tensorflow as tf
@@ -327,9 +327,6 @@ def steps_fn(strategy: tf.distribute.Strategy, replica_step: Callable, outputs: 
         return tf.stack([c.stack() for c in columns])
 
     return run_steps
-
-
-AUTOGRAPH_OFF = dict(autograph=False)  # tf.function's options for what calls steps_fn's steps
 
 
 def extra_outputs(timed: bool, sends: bool) -> int:

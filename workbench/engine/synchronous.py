@@ -34,9 +34,9 @@ def train(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> TaskR
                                 timed=job.anatomy)
     outputs = 2 + len(t.metrics) + loop.extra_outputs(job.anatomy, sends=reduce is not None)
     steps = loop.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy)
-    run_steps = tf.function(steps, **loop.AUTOGRAPH_OFF)
+    run_steps = tf.function(steps, autograph=False)
 
-    @tf.function(**loop.AUTOGRAPH_OFF)
+    @tf.function(autograph=False)
     def run_steps_and_agree(iterator, n, flag):
         """The steps, then the stop agreement in the same call: one call and one collective
         less per check than a separate ``agreement`` (TF's best loop reduces once per call)."""

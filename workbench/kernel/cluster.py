@@ -643,7 +643,7 @@ def _in_notebook():
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def heartbeat_args(engines: int, local: bool = True) -> list[str]:
+def heartbeat_args(engines: int, local: bool) -> list[str]:
     """The controller's heartbeat: a dead engine is unregistered after ~4 s (ipyparallel's
     default: 30 s). An engine's registration completes on the controller's second beat after
     it connects, so up to 16 local engines beat every 100 ms: Cluster(engines=4) was ready

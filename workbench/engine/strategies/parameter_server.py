@@ -75,9 +75,9 @@ def _train(job, ctx, strategy, coordinator):
     iterator = iter(per_worker)
     replica_step = loop.step_fn(t, build.loss(job), staleness=True, timed=job.anatomy)
     outputs = 3 + len(metrics) + loop.extra_outputs(job.anatomy, sends=False)
-    looped = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy), **loop.AUTOGRAPH_OFF)
+    looped = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy), autograph=False)
     unrolled = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, unroll=True, timed=job.anatomy),
-                           **loop.AUTOGRAPH_OFF)
+                           autograph=False)
 
     def timed(steps):
         """The steps, with the worker's own clock read before and after them: step times are
@@ -90,11 +90,11 @@ def _train(job, ctx, strategy, coordinator):
             t1 = tf.timestamp()
         return worker_index(), out, t0, t1
 
-    @tf.function(**loop.AUTOGRAPH_OFF)
+    @tf.function(autograph=False)
     def run_looped(iterator, n):
         return timed(lambda: looped(iterator, n))
 
-    @tf.function(**loop.AUTOGRAPH_OFF)
+    @tf.function(autograph=False)
     def run_unrolled(iterator, n):
         return timed(lambda: unrolled(iterator, n))
 
