@@ -385,13 +385,53 @@ def branching_loss(y_true, y_pred):
     return loss
 
 
-@pytest.mark.parametrize("topology", ["multi_worker_mirrored", "parameter_server"])
-def test_a_users_loss_with_python_control_flow_on_tensors_still_trains(cluster4, topology):
-    """The loop's own wrappers are traced without AutoGraph (loop.steps_fn); what the
-    replica step calls of the user's is converted as before."""
+@ipp.interactive
+def branching_module():
+    """A user's tf.Module whose ``__call__`` branches on a tensor in Python."""
+    import tensorflow as tf
+
+    class Net(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(tf.random.stateless_normal((16, 2), seed=[0, 1]) * 0.1)
+            self.b = tf.Variable(tf.zeros([2]))
+
+        def __call__(self, x):
+            logits = tf.matmul(x, self.w) + self.b
+            if tf.reduce_max(tf.abs(logits)) > 1e6:
+                logits = logits / 1e6
+            return tf.nn.softmax(logits)
+
+    return Net()
+
+
+@ipp.interactive
+def branching_dataset_fn(input_context):
+    """A user's dataset_fn whose ``map`` function branches on a tensor in Python."""
+    import tensorflow as tf
+
+    def scale(x, y):
+        if tf.reduce_max(tf.abs(x)) > 1e6:
+            x = x / 1e6
+        return x, y
+
+    batch = input_context.get_per_replica_batch_size(64)
+    x = tf.random.stateless_normal((2048, 16), seed=[1, 2])
+    y = tf.cast(tf.reduce_sum(x[:, :4], axis=1) > 0, tf.int32)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().map(scale)
+    return ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id).batch(batch)
+
+
+@pytest.mark.parametrize("topology", ["multi_worker_mirrored", "parameter_server", "parameter_averaging"])
+def test_a_users_functions_with_python_control_flow_on_tensors_still_train(cluster4, topology):
+    """The workbench's own loop and step are traced without AutoGraph (loop.steps_fn,
+    build.users); what the user wrote (the loss, a tf.Module's __call__, a dataset_fn's map)
+    is converted as before. Unconverted, the loss and the model fail with
+    OperatorNotAllowedInGraphError under every topology, and the map under parameter
+    servers (whose dataset_fn is traced, on the chief)."""
     # 1,000 parameter-server steps: its unrolled calls too (strategies' unroll_min_steps)
     steps = 1000 if topology == "parameter_server" else 40
-    run = cluster4.train(small_model, synthetic_dataset_fn, loss=branching_loss, checkpoint_every=0,
+    run = cluster4.train(branching_module, branching_dataset_fn, loss=branching_loss, checkpoint_every=0,
                          global_batch_size=64, steps=steps, **TOPOLOGIES[topology]).wait(timeout=300)
     assert run.final_step == steps and np.isfinite(run.history.loss).all()
 

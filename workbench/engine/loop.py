@@ -257,7 +257,9 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
             out.append(tf.cast(sent, tf.float32))
         return tuple(out)
 
-    return replica_step
+    # traced as written wherever it is called (parameter averaging's loop is converted):
+    # the user's functions it calls are converted on their own (build.users)
+    return tf.autograph.experimental.do_not_convert(replica_step)
 
 
 def steps_fn(strategy: tf.distribute.Strategy, replica_step: Callable, outputs: int = 2,
@@ -278,21 +280,17 @@ def steps_fn(strategy: tf.distribute.Strategy, replica_step: Callable, outputs: 
     inner call waits for all of the previous one's variable updates. bench/README.md has
     the measurements behind both choices.
 
-    AutoGraph converts the replica step (and the loss and metrics it calls) as before, but
-    not these wrappers: their loop is an explicit ``tf.while_loop``, and the functions that
-    call them are traced with ``autograph=False``. Converting them took
-    0.6 s of the first trace of a parameter-server run (cProfile on the chief), before its
-    first step."""
+    AutoGraph converts none of the workbench's own code here: the loop is an explicit
+    ``tf.while_loop``, the functions that call these wrappers are traced with
+    ``autograph=False``, and the replica step is not converted either (``step_fn``); the
+    user's functions it calls are (``build.users``)."""
     import tensorflow as tf
-    from tensorflow.python.autograph.core import ag_ctx
 
     def local_sum(value):
         return tf.add_n(strategy.experimental_local_results(value))
 
     def replicas(x, y):
-        # strategy.run converts its function when AutoGraph is on where it is called
-        with ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED):
-            return strategy.run(replica_step, args=(x, y))
+        return strategy.run(replica_step, args=(x, y))
 
     def one_step(iterator_or_batch):
         """(values, input seconds) of one step; the batch is read from an iterator here."""

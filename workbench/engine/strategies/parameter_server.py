@@ -71,7 +71,8 @@ def _train(job, ctx, strategy, coordinator):
     # would give it (one pipeline per worker): through that wrapper the first step came later
     # and the run's end waited seconds for its iterator's remote finalizer (bench/README.md)
     context = tf.distribute.InputContext(1, 0, strategy.num_replicas_in_sync)
-    per_worker = coordinator.create_per_worker_dataset(lambda: fn(context))
+    # traced without converting the workbench's wrappers (a user's dataset_fn is: build.users)
+    per_worker = coordinator.create_per_worker_dataset(tf.function(lambda: fn(context), autograph=False))
     iterator = iter(per_worker)
     replica_step = loop.step_fn(t, build.loss(job), staleness=True, timed=job.anatomy)
     outputs = 3 + len(metrics) + loop.extra_outputs(job.anatomy, sends=False)
