@@ -76,7 +76,7 @@ def _engines(conn, workers, rate, seconds, old_window, seed):
             if now - last_flush[n] >= FLUSH_EVERY:
                 last_flush[n] = now
                 w = window(rows[n], marks[n], flushes=0 if old_window else None)
-                out.append((n, pickle.dumps({"rows": w, "events": [], "n": len(rows[n])}, protocol=5)))
+                out.append((n, pickle.dumps({"packed": metrics.pack(w), "events": [], "n": len(rows[n])}, protocol=5)))
         if out:
             conn.send_bytes(pickle.dumps(out, protocol=5))
         time.sleep(max(0.0, tick - (time.time() - now)))

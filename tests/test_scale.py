@@ -51,7 +51,7 @@ class Engines:
                     r["examples_per_s"] /= 4
                 self.rows[n].append(r)
             window = simulated.window(self.rows[n], self.marks[n])
-            self.run._merge({"rows": window, "events": [], "n": len(self.rows[n])}, n)  # the watcher's poll
+            self.run._merge({"packed": metrics.pack(window), "events": [], "n": len(self.rows[n])}, n)  # the watcher's poll
 
 
 def test_many_workers_draw_a_median_band_and_name_the_slowest(runs):
@@ -94,7 +94,7 @@ def test_each_row_is_merged_once_from_overlapping_windows(runs):
     log = run._stream()["log"]
     assert len(log) == 2 * 180 and len({(r["worker"], r["step"]) for r in log}) == 360
     # a replacement engine counts its rows from 0 again: its rows are taken, not skipped
-    run._merge({"rows": [simulated.row("worker:0", 181, engines.rng)], "n": 1}, "worker:0")
+    run._merge({"packed": metrics.pack([simulated.row("worker:0", 181, engines.rng)]), "n": 1}, "worker:0")
     assert run.step == 181 and len(run.history) == 361
 
 
@@ -110,7 +110,8 @@ def _kernel_cpu(runs, workers, steps=40, redraw_every=2):
     for n in engines.names:  # the publishes the engines would send, made outside the timing
         for k in range(steps):
             engines.rows[n].append(simulated.row(n, k + 1, engines.rng))
-            publishes.append((k, n, {"rows": simulated.window(engines.rows[n], engines.marks[n]), "n": k + 1}))
+            publishes.append((k, n, {"packed": metrics.pack(simulated.window(engines.rows[n], engines.marks[n])),
+                                    "n": k + 1}))
     publishes.sort(key=lambda p: p[0])
     start = time.thread_time()
     for i, (k, n, data) in enumerate(publishes):

@@ -180,11 +180,14 @@ class Metrics(TypedDict):
     events: list[Event]
 
 
-class Published(Metrics):
+class Published(TypedDict):
     """One window of what an engine publishes while a run trains (``publish_data``): its
-    last rows and events, and how many rows the task has made so far (``n``: the kernel
-    merges only the rows it has not merged yet). Each replaces the last."""
+    last rows, packed (``engine/metrics.py``'s ``pack``: (keys, values) tuples), its last
+    events, and how many rows the task has made so far (``n``: the kernel merges only the
+    rows it has not merged yet). Each replaces the last."""
 
+    packed: list[tuple[tuple, tuple]]
+    events: list[Event]
     n: int
 
 

@@ -5,6 +5,13 @@ kernel polls ``AsyncResult.data``; each publish replaces the last, so the window
 and the kernel de-duplicates by (worker, step)), appended to a JSON-lines file in the run
 directory (for re-attaching later), and kept whole for the task's final result.
 
+The window travels packed (``pack``): each row as a tuple of its values beside the tuple
+of its keys, which every row with the same keys shares (pickle writes it once). A window
+of 2,048 anatomy rows pickled in 0.3 ms instead of 3.5 ms as dicts, and unpickled in the
+kernel's IO thread in 0.5 ms instead of 1.5 ms; an MWMS run on digits publishes full
+windows, 5 times a second from each worker. The kernel unpacks only the rows it has not
+merged yet (``unpack``).
+
 The window holds the rows of the last ``WINDOW_FLUSHES`` publishes (at most ``window``
 rows): a kernel that polls at least once in that many publishes (10 s at 5 per second)
 misses no row, and at 10 steps/s a publish carries ~100 rows, not up to 2,048: with hundreds of
@@ -40,6 +47,9 @@ class Publisher:
         self.window = window
         self._last = 0.0
         self._marks: deque[int] = deque(maxlen=WINDOW_FLUSHES)  # len(rows) at each of the last publishes
+        self._packed: list[tuple[tuple, tuple]] = []  # rows[self._base:], packed
+        self._base = 0
+        self._keys: dict[tuple, tuple] = {}  # each key tuple, one object for all its rows
         path = RunDir(run_dir).metrics_file(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a")
@@ -55,6 +65,11 @@ class Publisher:
         """One step of one worker: the keys of ``StepRow``, plus the run's metrics."""
         row.setdefault("time", time.time())
         self.rows.append(row)
+        keys = tuple(row)
+        self._packed.append((self._keys.setdefault(keys, keys), tuple(row.values())))
+        if len(self._packed) >= 2 * self.window:  # only the last window is ever published
+            del self._packed[:-self.window]
+            self._base = len(self.rows) - self.window
         self._file.write(json.dumps(row) + "\n")
 
     def event(self, kind: EventKind, **info: Any) -> None:
@@ -73,7 +88,8 @@ class Publisher:
         if self._publish is not None:
             self._marks.append(len(self.rows))
             start = max(self._marks[0] if len(self._marks) == WINDOW_FLUSHES else 0, len(self.rows) - self.window)
-            window: Published = {"rows": self.rows[start:], "events": self.events[-64:], "n": len(self.rows)}
+            window: Published = {"packed": self._packed[start - self._base:], "events": self.events[-64:],
+                                 "n": len(self.rows)}
             self._publish(window)
 
     def send_files(self, step: int, files: dict[str, bytes]) -> None:
@@ -86,3 +102,14 @@ class Publisher:
     def close(self) -> None:
         self.flush(force=True)
         self._file.close()
+
+
+def pack(rows: list[StepRow]) -> list[tuple[tuple, tuple]]:
+    """Rows as a published window carries them (``Publisher.add`` packs each as it comes)."""
+    keys: dict[tuple, tuple] = {}
+    return [(keys.setdefault(tuple(r), tuple(r)), tuple(r.values())) for r in rows]
+
+
+def unpack(packed: list[tuple[tuple, tuple]]) -> list[StepRow]:
+    """The rows of a packed window, as dicts."""
+    return [dict(zip(keys, values)) for keys, values in packed]

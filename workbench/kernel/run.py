@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, cast
 from workbench.common import strategies
 from workbench.common.protocols import Event, EventKind, Metrics, Published, ServerResult, StepRow, TaskResult
 from workbench.errors import EngineError, RunStalled, RunStopped
+from workbench.engine.metrics import unpack
 from workbench.kernel.dashboard import Dashboard
 from workbench.kernel import unshared as unshared_dir
 from workbench.kernel.recovery import EngineWatch
@@ -463,12 +464,14 @@ class Run:
             rows = data.get("rows", ())
             n = data.get("n")
             if source is not None and n is not None:
-                # each publish carries a window of the newest rows and how many the task has
-                # made: merge only those not merged yet, not the whole window every poll
+                # each publish carries a window of the newest rows, packed, and how many the
+                # task has made: unpack and merge only those not merged yet
+                packed = data.get("packed", ())
                 seen = stream["published"].get(source, 0)
-                if n >= seen:
-                    rows = rows[max(0, len(rows) - (n - seen)):] if n > seen else ()
-                stream["published"][source] = n  # fewer: a replacement engine started afresh
+                if n < seen:  # a replacement engine started afresh
+                    seen = 0
+                rows = unpack(packed[max(0, len(packed) - (n - seen)):]) if n > seen else ()
+                stream["published"][source] = n
             log, workers = stream["log"], stream["workers"]
             fresh = []
             for row in rows:
