@@ -199,6 +199,15 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
         with tf.control_dependencies([d for d in tf.nest.flatten(deps, expand_composites=True) if d is not None]):
             return tf.identity(value) if not callable(value) else value()
 
+    def gated(tensors):
+        """``tensors`` (None left as it is) through one ``IdentityN`` op, created where it is
+        called (inside ``after``'s control dependencies): the next part starts after a clock
+        read, for one op instead of one per tensor. (A control dependency on every op of the
+        next part instead would keep Grappler from folding that part's constants.)"""
+        present = [t for t in tensors if t is not None]
+        passed = iter(tf.identity_n(present) if present else [])
+        return [None if t is None else next(passed) for t in tensors]
+
     def replica_step(x, y):
         if staleness:
             before = step.read_value()
@@ -220,19 +229,19 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
         sent = tf.constant(0.0)
         if timed:
             computed = after((grads, loss), tf.timestamp)
-            grads = after(computed, lambda: [g if g is None else tf.identity(g) for g in grads])
+            grads = after(computed, lambda: gated(grads))
         if reduce is not None:
             grads, sent = reduce(grads)
         if timed:
             reduced = after(grads, tf.timestamp)
-            grads = after(reduced, lambda: [g if g is None else tf.identity(g) for g in grads])
+            grads = after(reduced, lambda: gated(grads))
         if clip is not None:
             grads = clip(grads)
         graph = tf.compat.v1.get_default_graph()
         first = len(graph.get_operations())
         opt.apply_gradients(zip(grads, variables))
-        done = step.assign_add(1, read_value=True)
         update = graph.get_operations()[first:]  # the update's ops (its pushes to PS tasks)
+        done = step.assign_add(1, read_value=True)
         out = [tf.cast(loss, tf.float32)]
         if not job.classifies:
             out.append(tf.constant(0.0))
@@ -243,11 +252,9 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
             out.append(tf.cast(done - before - 1, tf.float32))
         out += [v / local_replicas for v in build.metric_values(metrics, y, pred)]
         if timed:
-            # local variables are read back after their update (cheap); PS variables are not
-            # (a read is a round trip): the update's own ops and the global step's increment
-            # end a PS step
-            settled = [done] + (update if staleness else [tf.convert_to_tensor(v) for v in variables])
-            ended = after(settled, tf.timestamp)
+            # the update's own ops and the global step's increment end a step (not a read
+            # of every variable back: an op each, and a round trip to a PS task)
+            ended = after([done] + update, tf.timestamp)
             if staleness:  # the update is the push of the gradients to the PS tasks
                 compute, comm = computed - began, ended - computed
             else:
