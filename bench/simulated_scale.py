@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import simulated  # noqa: E402
 from strategies import OUT, _machine  # noqa: E402
+from workbench.engine import metrics  # noqa: E402
 
 
 def fill_home(home, runs=1000, rows=200, seed=0):
@@ -91,9 +92,11 @@ def window_cost(workers=(64, 256, 1024), repeats=20):
     run_dir = tempfile.mkdtemp(prefix="wb-sim-")
     run = simulated.make_run(1, run_dir)
     try:
-        run._merge({"rows": rows, "n": len(rows)}, "worker:0")
+        run._merge({"packed": metrics.pack(rows), "n": len(rows)}, "worker:0")
         for label, size in (("old", 2048), ("new", 100)):
-            blob = pickle.dumps({"rows": rows[-size:], "events": [], "n": len(rows)}, protocol=5)
+            # the old window in the old form (dict rows), the new packed (engine/metrics.py)
+            window = {"rows": rows[-size:]} if label == "old" else {"packed": metrics.pack(rows[-size:])}
+            blob = pickle.dumps(dict(window, events=[], n=len(rows)), protocol=5)
             t = time.thread_time()
             for _ in range(repeats):
                 data = pickle.loads(blob)

@@ -2,6 +2,7 @@
 worker, cross-checked against TF's own profiler trace; run.profile(); 32/16/8-bit gradient
 communication (bytes exact, accuracy within a band of 32-bit)."""
 
+import ipyparallel as ipp
 import pandas as pd
 import pytest
 
@@ -208,6 +209,40 @@ TOPOLOGIES = {
 }
 # one engine, two logical CPU devices: one replica on each (profiled, not in every test)
 PROFILED = dict(TOPOLOGIES, mirrored=dict(strategy="mirrored", workers=1, ps=0, devices=2))
+
+
+@ipp.interactive
+def _gated_in_a_trace():
+    """On an engine: loop.gated on a dense gradient, a sparse one (IndexedSlices, as an
+    embedding's), None and another dense one, traced; what came out and the ops it made."""
+    import tensorflow as tf
+
+    from workbench.engine import loop
+
+    seen = {}
+
+    @tf.function
+    def f():
+        sparse = tf.IndexedSlices(tf.ones([2, 4]), tf.constant([1, 3]), tf.constant([10, 4]))
+        graph = tf.compat.v1.get_default_graph()
+        first = len(graph.get_operations())
+        out = loop.gated([tf.ones([3]), sparse, None, tf.zeros([2])])
+        seen["kinds"] = [type(t).__name__ for t in out]
+        seen["ops"] = sorted(op.type for op in graph.get_operations()[first:])
+        return [t for t in out if isinstance(t, tf.Tensor)]
+
+    values = [v.numpy().tolist() for v in f()]
+    return seen, values
+
+
+@pytest.mark.cluster
+def test_the_anatomy_gate_is_one_op_for_dense_gradients_and_keeps_sparse_ones_sparse(cluster4):
+    """A step's clock reads gate the gradients through one IdentityN; an embedding's
+    sparse gradient must not become a dense tensor of the whole table on the way."""
+    seen, values = cluster4.client[0].apply_sync(_gated_in_a_trace)
+    assert seen["kinds"][1:3] == ["IndexedSlices", "NoneType"] and seen["kinds"][0] == seen["kinds"][3] != "IndexedSlices"
+    assert seen["ops"].count("IdentityN") == 1 and seen["ops"].count("Identity") <= 3, seen["ops"]
+    assert values == [[1.0, 1.0, 1.0], [0.0, 0.0]]
 
 
 @pytest.mark.cluster

@@ -436,6 +436,29 @@ def test_a_users_functions_with_python_control_flow_on_tensors_still_train(clust
     assert run.final_step == steps and np.isfinite(run.history.loss).all()
 
 
+@ipp.interactive
+def eager_dataset_fn(input_context):
+    """A user's dataset_fn that reads a dataset eagerly, with Python side effects: it runs
+    as written where it is called eagerly (AutoGraph would turn the for into a traced loop)."""
+    import tensorflow as tf
+
+    seeds = []
+    for s in tf.data.Dataset.range(1, 3):
+        seeds.append(int(s.numpy()))
+    batch = input_context.get_per_replica_batch_size(64)
+    x = tf.random.stateless_normal((2048, 16), seed=seeds)
+    y = tf.cast(tf.reduce_sum(x[:, :4], axis=1) > 0, tf.int32)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
+    return ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id).batch(batch)
+
+
+@pytest.mark.parametrize("topology", ["multi_worker_mirrored", "parameter_averaging"])
+def test_a_dataset_fn_called_eagerly_runs_as_written(cluster4, topology):
+    run = cluster4.train(small_model, eager_dataset_fn, loss=per_example_loss, checkpoint_every=0,
+                         global_batch_size=64, steps=20, **TOPOLOGIES[topology]).wait(timeout=300)
+    assert run.final_step == 20 and np.isfinite(run.history.loss).all()
+
+
 def test_evaluation_every_n_steps_and_training_accuracy(cluster4):
     run = cluster4.train(MLP, DIGITS, strategy="single", workers=1, global_batch_size=64, steps=90,
                         eval_every=30, checkpoint_every=0).wait(timeout=300)

@@ -91,11 +91,19 @@ def users(fn: Callable) -> Callable:
     ``__call__`` and a ``dataset_fn`` (whose ``Dataset.map`` functions tf.data then converts
     too). This is how TensorFlow's own higher-order functions (``strategy.run``,
     ``Dataset.map``) treat the functions users hand them (``tf_convert``). A Keras model's
-    ``call`` and Keras losses and metrics are Keras code, converted neither before nor now."""
+    ``call`` and Keras losses and metrics are Keras code, converted neither before nor now.
+    Called eagerly (a ``dataset_fn`` under MWMS, the loss in ``check_fit``), ``fn`` runs as
+    written, as before: converted code would send a ``for`` over a dataset to tf.data's
+    traced loop even there."""
     import tensorflow as tf
     from tensorflow.python.autograph.core import ag_ctx
 
-    return tf.__internal__.autograph.tf_convert(fn, ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED))
+    converted = tf.__internal__.autograph.tf_convert(fn, ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED))
+
+    def call(*args, **kwargs):
+        return converted(*args, **kwargs) if tf.inside_function() else fn(*args, **kwargs)
+
+    return call
 
 
 def call(m: Any, x: tf.Tensor) -> tf.Tensor:
@@ -185,8 +193,8 @@ def loss(job: Job) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
         fn = cls().call if isinstance(cls, type) and issubclass(cls, keras.losses.Loss) else keras.losses.get(fn)
     elif isinstance(fn, keras.losses.Loss):
         fn.reduction = None  # this engine's copy: per-example values
-    else:
-        fn = users(fn)
+    # a Keras Loss stays unconverted (Keras code), unless the user's subclass overrides __call__
+    fn = users(fn)
 
     def per_example(y_true, y_pred):
         values = tf.convert_to_tensor(fn(y_true, y_pred))

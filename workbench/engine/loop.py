@@ -199,15 +199,6 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
         with tf.control_dependencies([d for d in tf.nest.flatten(deps, expand_composites=True) if d is not None]):
             return tf.identity(value) if not callable(value) else value()
 
-    def gated(tensors):
-        """``tensors`` (None left as it is) through one ``IdentityN`` op, created where it is
-        called (inside ``after``'s control dependencies): the next part starts after a clock
-        read, for one op instead of one per tensor. (A control dependency on every op of the
-        next part instead would keep Grappler from folding that part's constants.)"""
-        present = [t for t in tensors if t is not None]
-        passed = iter(tf.identity_n(present) if present else [])
-        return [None if t is None else next(passed) for t in tensors]
-
     def replica_step(x, y):
         if staleness:
             before = step.read_value()
@@ -253,8 +244,11 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
         out += [v / local_replicas for v in build.metric_values(metrics, y, pred)]
         if timed:
             # the update's own ops and the global step's increment end a step (not a read
-            # of every variable back: an op each, and a round trip to a PS task)
-            ended = after([done] + update, tf.timestamp)
+            # of every variable back: an op each, and a round trip to a PS task); with
+            # several replicas in this process the update's ops are every replica's (their
+            # threads take turns building it), so each reads its own variables back
+            settled = update if staleness or local_replicas == 1 else [tf.convert_to_tensor(v) for v in variables]
+            ended = after([done] + settled, tf.timestamp)
             if staleness:  # the update is the push of the gradients to the PS tasks
                 compute, comm = computed - began, ended - computed
             else:
@@ -332,6 +326,22 @@ def steps_fn(strategy: tf.distribute.Strategy, replica_step: Callable, outputs: 
         return tf.stack([c.stack() for c in columns])
 
     return run_steps
+
+
+def gated(tensors: list) -> list:
+    """``tensors`` through one ``IdentityN`` op where they are plain tensors, created where
+    this is called (inside ``after``'s control dependencies in ``step_fn``): the next part of
+    a step starts after a clock read, for one op instead of one per gradient. Sparse
+    gradients (``IndexedSlices``: an embedding's) each pass a ``tf.identity``, which keeps
+    them sparse; None stays None. (A control dependency on every op of the next part would
+    keep Grappler from folding that part's constants.)"""
+    import tensorflow as tf
+
+    plain = [i for i, t in enumerate(tensors) if isinstance(t, tf.Tensor)]
+    out = [t if t is None or i in plain else tf.identity(t) for i, t in enumerate(tensors)]
+    for i, t in zip(plain, tf.identity_n([tensors[i] for i in plain]) if plain else []):
+        out[i] = t
+    return out
 
 
 def extra_outputs(timed: bool, sends: bool) -> int:
