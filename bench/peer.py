@@ -22,22 +22,26 @@ def free_ports(n):
     return ports
 
 
-def run(kind, workload, steps, workers=2, ps=1, per_schedule=1, timeout=600):
-    """Run one peer job; returns {"launched", "first_step", "steps_per_s"} from its chief.
-    ``per_schedule``: PSS steps per scheduled function (the tutorial's 1)."""
+def _launch(kind, workload, steps, workers, ps, per_schedule, extra=(), **popen):
     roles = {"worker": workers} if kind == "mwms" else {"chief": 1, "ps": ps, "worker": workers}
     ports = iter(free_ports(sum(roles.values())))
     cluster = {role: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for role, n in roles.items()}
-    launched = time.time()
     procs = {}
     for role, n in roles.items():
         for i in range(n):
             env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": role, "index": i}}),
                        TF_CPP_MIN_LOG_LEVEL="2", GRPC_FAIL_FAST="use_caller", CUDA_VISIBLE_DEVICES="")
-            argv = [sys.executable, str(TASK), kind, workload, str(steps), str(per_schedule)]
-            procs[(role, i)] = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                text=True)
-    lead = procs[("chief", 0)] if kind == "pss" else procs[("worker", 0)]
+            argv = [sys.executable, str(TASK), kind, workload, str(steps), str(per_schedule), *extra]
+            procs[(role, i)] = subprocess.Popen(argv, env=env, text=True, **popen)
+    return procs, procs[("chief", 0)] if kind == "pss" else procs[("worker", 0)]
+
+
+def run(kind, workload, steps, workers=2, ps=1, per_schedule=1, timeout=600):
+    """Run one peer job; returns {"launched", "first_step", "steps_per_s"} from its chief.
+    ``per_schedule``: PSS steps per scheduled function (the tutorial's 1)."""
+    launched = time.time()
+    procs, lead = _launch(kind, workload, steps, workers, ps, per_schedule, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE)
     try:
         out, err = lead.communicate(timeout=timeout)
         if lead.returncode != 0:
@@ -53,3 +57,62 @@ def run(kind, workload, steps, workers=2, ps=1, per_schedule=1, timeout=600):
     result = json.loads(out.strip().splitlines()[-1])
     result["launched"] = launched
     return result
+
+
+class Bursts:
+    """One peer MWMS job kept running between measurements (``peer_task.py --bursts``):
+    ``steps_per_s(n)`` runs ``n`` more steps (``per_call`` per ``tf.function`` call) on
+    every worker and returns the lead's steps/s. No process launch between two bursts, so
+    a burst can be alternated closely with something else. A context manager: its processes
+    end with it (by PID); a burst that takes longer than ``timeout`` raises."""
+
+    def __init__(self, workload, warmup, per_call, workers=2, timeout=300):
+        import tempfile
+
+        self.timeout = timeout
+        self._err = tempfile.TemporaryFile("w+")
+        self.procs, self.lead = _launch("mwms", workload, warmup, workers, 0, per_call, extra=("--bursts",),
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err)
+        try:
+            self.first = self._line()  # the warm-up run's result
+        except BaseException:
+            self.close()
+            raise
+
+    def _line(self):
+        import select
+
+        ready, _, _ = select.select([self.lead.stdout], [], [], self.timeout)
+        line = self.lead.stdout.readline() if ready else ""
+        if not line:
+            self._err.seek(0)
+            raise RuntimeError(f"peer burst failed or took over {self.timeout} s:\n{self._err.read()[-3000:]}")
+        return json.loads(line)
+
+    def steps_per_s(self, n):
+        for p in self.procs.values():
+            p.stdin.write(f"{n}\n")
+            p.stdin.flush()
+        return self._line()["steps_per_s"]
+
+    def close(self):
+        for p in self.procs.values():
+            try:
+                p.stdin.close()  # the end of its bursts: it exits
+            except OSError:
+                pass
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            if p.stdout:
+                p.stdout.close()
+        self._err.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -5,7 +5,8 @@ MWMS worker 0) prints one JSON line: when its first step finished and its steady
 
     TF_CONFIG=... python bench/peer_task.py {mwms|pss} WORKLOAD STEPS [STEPS_PER_SCHEDULE]
 
-STEPS_PER_SCHEDULE (default 1, the tutorial's) loops that many steps inside each scheduled
+``--bursts`` (MWMS): the processes stay after the run and run more steps on request
+(bench/peer.py's ``Bursts``). STEPS_PER_SCHEDULE (default 1, the tutorial's) loops that many steps inside each scheduled
 function (PSS) or each ``tf.function`` call (MWMS, one cross-worker reduce per call) with
 ``tf.range``: TensorFlow's own answer, as a reference.
 """
@@ -83,12 +84,29 @@ def mwms(x, y, hidden, batch, steps, per_call=1):
             loss = strategy.run(step_fn, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
 
+    def call():
+        (train_step if per_call == 1 else train_steps)(iterator).numpy()
+
     times = []
     for _ in range(steps // per_call):
-        (train_step if per_call == 1 else train_steps)(iterator).numpy()
+        call()
         times.append(time.time())
     start = max(1, len(times) // 5)  # a fifth of the calls warm up, the rest are timed
-    return {"first_step": times[0], "steps_per_s": (len(times) - 1 - start) * per_call / (times[-1] - times[start])}
+    return ({"first_step": times[0], "steps_per_s": (len(times) - 1 - start) * per_call / (times[-1] - times[start])},
+            call)
+
+
+def bursts(call, per_call, lead):
+    """``--bursts`` (MWMS): after the run, a step count per line on standard input, run
+    ``per_call`` steps per call on every worker; the lead prints each burst's steps/s, from
+    the end of its first call (which waits for the other worker to start) to its last."""
+    for line in sys.stdin:
+        times = []
+        for _ in range(max(2, int(line) // per_call)):
+            call()
+            times.append(time.time())
+        if lead:
+            print(json.dumps({"steps_per_s": (len(times) - 1) * per_call / (times[-1] - times[0])}), flush=True)
 
 
 def pss(x, y, hidden, batch, steps, per_schedule=1):
@@ -131,8 +149,10 @@ def pss(x, y, hidden, batch, steps, per_schedule=1):
 
 
 def main():
-    kind, name, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    per_schedule = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    serve = "--bursts" in sys.argv
+    argv = [a for a in sys.argv if a != "--bursts"]
+    kind, name, steps = argv[1], argv[2], int(argv[3])
+    per_schedule = int(argv[4]) if len(argv) > 4 else 1
     task = json.loads(os.environ["TF_CONFIG"])["task"]
     if kind == "pss" and task["type"] in ("ps", "worker"):
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -140,12 +160,16 @@ def main():
                              protocol="grpc", start=True).join()
         return
     x, y, hidden, batch = workload(name)
+    call = None
     if kind == "mwms":
-        result = mwms(x, y, hidden, batch, steps, per_schedule)
+        result, call = mwms(x, y, hidden, batch, steps, per_schedule)
     else:
         result = pss(x, y, hidden, batch, steps, per_schedule)
-    if task["type"] == "chief" or task["index"] == 0:
+    lead = task["type"] == "chief" or task["index"] == 0
+    if lead:
         print(json.dumps(dict(result, started=T_START)), flush=True)
+    if serve and call is not None:
+        bursts(call, per_schedule, lead)
 
 
 if __name__ == "__main__":

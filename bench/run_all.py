@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+import versus_peer  # bench/: its results' keys
+
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results"
 BENCHMARKS = ["strategies", "dashboard", "versus_peer", "ceilings", "network", "anatomy", "simulated_scale", "scale"]
@@ -69,8 +71,13 @@ def plots():
         if not picked:
             ax.set_visible(False)
             continue
-        _bars(ax, [f"{w}: {label}" for w, label, _ in picked], [r["ratio"] for _, _, r in picked],
-              f"{kind}: workbench / plain TF", targets=[targets[(w, kind)] for w, _, _ in picked], unit="ratio")
+        # MWMS: against TF's best loop, bursts closely alternated (the 0.98 target's measure);
+        # PSS: against the tutorial's loop
+        best = [r.get(versus_peer.BEST_BURSTS, {}).get("ratio") for _, _, r in picked]
+        _bars(ax, [f"{w}: {label}" for w, label, _ in picked],
+              [b if b is not None else r["ratio"] for b, (_, _, r) in zip(best, picked)],
+              f"{kind}: workbench / " + ("TF's best loop" if kind == "MWMS" else "TF tutorial's loop"),
+              targets=[targets[(w, kind)] for w, _, _ in picked], unit="ratio")
     fig.tight_layout()
     fig.savefig(OUT / "versus_peer.png", dpi=110)
     drawn.append("versus_peer.png")

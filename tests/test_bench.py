@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import versus_peer  # noqa: E402  (bench/: its results' keys)
 
 
 def strategies_ok(data):
@@ -25,6 +27,9 @@ def versus_peer_ok(data):
     looped = [row["peer with 10 steps per schedule (tf.range) / peer"] for label, row in r["digits"].items()
               if label.startswith("PSS")]
     assert looped and looped[0]["median"] > 0
+    mwms = [row for label, row in r["digits"].items() if label.startswith("MWMS")]
+    bursts = mwms[0][versus_peer.BEST_BURSTS]
+    assert bursts["pairs"] == 2 and bursts["ratio"]["n"] == 2 and bursts["ratio"]["min"] > 0
 
 
 def dashboard_ok(data):

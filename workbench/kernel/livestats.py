@@ -8,6 +8,7 @@ across workers of each step with a spread band (10th-90th percentile) and names 
 slowest workers instead.
 """
 
+import functools
 import warnings
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -153,6 +154,17 @@ def _percentiles(values: np.ndarray) -> np.ndarray:
     return out
 
 
+@functools.lru_cache(maxsize=8)
+def _ema_weights(smoothing: float, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """``ema``'s block matrix and carry powers, built once per smoothing (read-only)."""
+    k = np.arange(block)
+    weights = np.tril((1 - smoothing) * smoothing ** np.abs(k[:, None] - k[None, :]).astype(float))
+    carry = smoothing ** (k + 1.0)
+    weights.setflags(write=False)
+    carry.setflags(write=False)
+    return weights, carry
+
+
 def ema(values: ArrayLike, smoothing: float, block: int = 128) -> np.ndarray:
     """render.ema, vectorized: the same numbers (to float64 rounding), ``block`` values at a
     time as a matrix product. (scipy's lfilter did this, but importing scipy.signal took
@@ -165,9 +177,7 @@ def ema(values: ArrayLike, smoothing: float, block: int = 128) -> np.ndarray:
     out[0] = acc = values[0]
     bad = np.flatnonzero(~np.isfinite(values))
     end = bad[0] if len(bad) else len(values)  # from a NaN or inf on: the loop, as render.ema
-    k = np.arange(block)
-    weights = np.tril((1 - smoothing) * smoothing ** np.abs(k[:, None] - k[None, :]).astype(float))
-    carry = smoothing ** (k + 1.0)
+    weights, carry = _ema_weights(float(smoothing), block)
     for start in range(1, end, block):
         x = values[start:min(start + block, end)]
         n = len(x)
