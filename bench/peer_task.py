@@ -98,15 +98,18 @@ def mwms(x, y, hidden, batch, steps, per_call=1):
 
 def bursts(call, per_call, lead):
     """``--bursts`` (MWMS): after the run, a step count per line on standard input, run
-    ``per_call`` steps per call on every worker; the lead prints each burst's steps/s, from
-    the end of its first call (which waits for the other worker to start) to its last."""
+    ``per_call`` steps per call on every worker; the lead prints each burst's steps/s over
+    its last calls, a fifth of them left out as warm-up (as ``mwms`` times a run, and as
+    bench/versus_peer.py's ``steady`` times the workbench's)."""
     for line in sys.stdin:
         times = []
         for _ in range(max(2, int(line) // per_call)):
             call()
             times.append(time.time())
+        start = max(1, len(times) // 5) if len(times) > 2 else 0
         if lead:
-            print(json.dumps({"steps_per_s": (len(times) - 1) * per_call / (times[-1] - times[0])}), flush=True)
+            print(json.dumps({"steps_per_s": (len(times) - 1 - start) * per_call / (times[-1] - times[start])}),
+                  flush=True)
 
 
 def pss(x, y, hidden, batch, steps, per_schedule=1):

@@ -43,18 +43,26 @@ BURSTS = {"digits": (20, 1000), "wide": (12, 200)}  # (pairs, steps per burst); 
 def closely_alternated(cluster, model, data, batch, workload, pairs, steps):
     """MWMS (dashboard on) against TF's best loop, alternated burst by burst: a workbench
     run of ``steps`` on the live cluster, then as many steps of one peer job kept running
-    between bursts (``peer.Bursts``), ``pairs`` times. Whole runs alternated pay a cluster
+    between bursts (``peer.Bursts``), ``pairs`` times, each side first in every other pair;
+    both timed over their last 80% of steps. Whole runs alternated pay a cluster
     start or a process launch between the two sides and drift with the machine's load
     over minutes; bursts seconds apart see the same machine. Ratios of the pairs."""
     ratios, ours, theirs = [], [], []
+
+    def workbench():
+        run = cluster.train(model, data, strategy="multi_worker_mirrored", workers=2, global_batch_size=batch,
+                            steps=steps, checkpoint_every=0, dashboard=False)
+        run.dashboard()
+        run.wait()
+        ours.append(steady(run))
+
     with peer.Bursts(workload, warmup=max(steps, 100), per_call=10) as best:
-        for _ in range(pairs):
-            run = cluster.train(model, data, strategy="multi_worker_mirrored", workers=2, global_batch_size=batch,
-                                steps=steps, checkpoint_every=0, dashboard=False)
-            run.dashboard()
-            run.wait()
-            ours.append(steady(run))
+        def best_loop():
             theirs.append(best.steps_per_s(steps))
+
+        for i in range(pairs):  # each side first in every other pair
+            for side in ((workbench, best_loop) if i % 2 == 0 else (best_loop, workbench)):
+                side()
             ratios.append(ours[-1] / theirs[-1])
     return {"ratio": summary(ratios), "workbench steps/s": summary(ours), "peer steps/s": summary(theirs),
             "pairs": pairs, "steps": steps}
