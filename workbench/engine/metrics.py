@@ -65,8 +65,7 @@ class Publisher:
         """One step of one worker: the keys of ``StepRow``, plus the run's metrics."""
         row.setdefault("time", time.time())
         self.rows.append(row)
-        keys = tuple(row)
-        self._packed.append((self._keys.setdefault(keys, keys), tuple(row.values())))
+        self._packed.append(_pack_row(row, self._keys))
         if len(self._packed) >= 2 * self.window:  # only the last window is ever published
             del self._packed[:-self.window]
             self._base = len(self.rows) - self.window
@@ -104,10 +103,16 @@ class Publisher:
         self._file.close()
 
 
+def _pack_row(row: StepRow, keys: dict[tuple, tuple]) -> tuple[tuple, tuple]:
+    """(its keys, its values); ``keys`` holds one tuple object per set of keys, shared."""
+    names = tuple(row)
+    return keys.setdefault(names, names), tuple(row.values())
+
+
 def pack(rows: list[StepRow]) -> list[tuple[tuple, tuple]]:
     """Rows as a published window carries them (``Publisher.add`` packs each as it comes)."""
     keys: dict[tuple, tuple] = {}
-    return [(keys.setdefault(tuple(r), tuple(r)), tuple(r.values())) for r in rows]
+    return [_pack_row(r, keys) for r in rows]
 
 
 def unpack(packed: list[tuple[tuple, tuple]]) -> list[StepRow]:
