@@ -416,7 +416,10 @@ def test_a_run_resumed_from_step_0_neither_retraces_nor_reuses_an_earlier_attemp
     request still asked (so they traced it again, from step 20) and the next profile() took
     the same request number, so its summary read both attempts' traces from one directory:
     compute at 4.65-4.71 of the timers in two full runs, after TF's profiler crashed a
-    worker."""
+    worker. A ratio to the timers cannot tell that apart on a loaded machine (a correct
+    summary measured 3.4 of them in a full run, the other test worker busy), so the check is
+    the trace files under the summary's directory: one session's."""
+    import glob
     import os
     import signal
 
@@ -434,5 +437,8 @@ def test_a_run_resumed_from_step_0_neither_retraces_nor_reuses_an_earlier_attemp
     finally:
         run.stop()
     assert set(second.logdir).isdisjoint(first.logdir)
+    # one trace session's file in its own directory: the summary read this attempt's trace only
+    traces = glob.glob(os.path.join(second.logdir[0], "**", "*.xplane.pb"), recursive=True)
+    assert len(traces) == 1, traces
     _, compute, _ = _timers(run.history, second.task[0], second["first"][0], second["last"][0])
-    assert 0.5 * compute <= second.compute[0] <= 2.5 * compute
+    assert 0.5 * compute <= second.compute[0] <= 4 * compute  # the bound test_profile_traces_live_steps uses
