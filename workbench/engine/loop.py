@@ -337,8 +337,8 @@ def gated(tensors: list) -> list:
     keep Grappler from folding that part's constants.)"""
     import tensorflow as tf
 
+    out = [t if t is None or isinstance(t, tf.Tensor) else tf.identity(t) for t in tensors]
     plain = [i for i, t in enumerate(tensors) if isinstance(t, tf.Tensor)]
-    out = [t if t is None or i in plain else tf.identity(t) for i, t in enumerate(tensors)]
     for i, t in zip(plain, tf.identity_n([tensors[i] for i in plain]) if plain else []):
         out[i] = t
     return out
