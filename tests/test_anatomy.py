@@ -315,7 +315,7 @@ def test_profile_traces_live_steps_and_agrees_with_the_anatomy(cluster4, name):
     Mirrored (two replicas, one per logical device of one engine): its timers give the
     mean over the replicas, the trace the union of both replicas' ops, so its compute lies
     between one and two replicas' worth plus the bookkeeping: measured 1.99-2.19 of the
-    timers (four runs). Its collective kernels covered 0.30-0.81
+    timers (four runs). Its collective kernels covered 0.30-0.81 (1.34 once, in a full run)
     of the timed all-reduce (the same four runs, with the machine's 2 cores loaded 6-9
     deep by other work): each replica's timer also holds the packing and the executor's
     gaps, which grow when the two replicas' threads wait for a core."""
@@ -350,7 +350,9 @@ def test_profile_traces_live_steps_and_agrees_with_the_anatomy(cluster4, name):
             assert row.communication == 0  # no collective inside the calls
         else:
             low = 0.2 if name == "mirrored" else 0.4
-            assert low * comm <= row.communication <= 1.1 * comm + 50e-6
+            # mirrored: the union of both replicas' collective spans lies within the sum of
+            # their timed all-reduces, up to twice their mean (1.34 of it once, in a full run)
+            assert low * comm <= row.communication <= 1.1 * replicas * comm + 50e-6
             assert (h.comm_bytes == replicas * PARAMS * 4).all()  # every replica's float32 gradients
 
 

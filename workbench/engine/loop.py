@@ -368,19 +368,23 @@ def until_next(done: int, *intervals: int) -> int:
 
 
 def save(t: Training, done: int, **info: Any) -> None:
-    """The checkpoint of step ``done``, and its event. A chief on a host that does not see
-    the kernel's run directory sends the checkpoint's files and the TensorBoard logs to the
-    kernel first (``Publisher.send_files``): a host lost later loses only the steps since.
-    The rows up to ``done`` reach the metrics file first: a process killed between the two
-    left a checkpoint at step 400 and rows only to 394 (they waited in the file's buffer),
-    steps a resume from that checkpoint would never report."""
+    """The checkpoint of step ``done``, and, from the chief, its event: the chief's is the
+    run's checkpoint (the other MWMS workers save to a directory of their own that no resume
+    reads; their events once said a checkpoint was at a step the chief, lost, never saved).
+    A chief on a host that does not see the kernel's run directory sends the checkpoint's
+    files and the TensorBoard logs to the kernel first (``Publisher.send_files``): a host
+    lost later loses only the steps since. The rows up to ``done`` reach the metrics file
+    first: a process killed between the two left a checkpoint at step 400 and rows only to
+    394 (they waited in the file's buffer), steps a resume from that checkpoint would never
+    report."""
     t.pub.flush(force=True)
     t.manager.save(checkpoint_number=done, options=_io_options(t.job))
     if t.ctx.is_chief and t.ctx.task.host in t.job.unshared_hosts:
         t.board.flush()
         run_dir = RunDir(t.job.run_dir)
         t.pub.send_files(done, rundir.read_files(str(run_dir.path), run_dir.checkpoint_parts(done)))
-    t.pub.event("checkpoint", step=done, **info)
+    if t.ctx.is_chief:
+        t.pub.event("checkpoint", step=done, **info)
 
 
 def finish(t: Training, done: int, stopped: bool, **checkpoint_info: Any) -> TaskResult:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 
@@ -57,7 +58,10 @@ def write_files(run_dir: str, files: dict[str, bytes]) -> int:
             raise ValueError(f"Invalid value for argument 'files'. Received: a path {rel!r}. "
                              f"Expected paths inside the run directory {root}.")
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
+        # a name of this writer's own: two engines of one host (or two kernel threads) may
+        # write the same file at once; each replaces it whole (seen: one renamed the other's
+        # shared ".tmp" away, and the second rename failed)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, path)
     return len(files)

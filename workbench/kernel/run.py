@@ -398,7 +398,7 @@ class Run:
         return df.reset_index(drop=True).astype({"task": "Int64", "engine": "Int64", "pid": "Int64", "bytes": "Int64"})
 
     def checkpoint_steps(self) -> list[int]:
-        """The steps at which the engines reported a checkpoint, in order."""
+        """The steps of the checkpoints the run's chief saved (those a resume can start from), in order."""
         with self._lock:
             return [e["step"] for e in self._events if e["kind"] == "checkpoint"]
 
