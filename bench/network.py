@@ -101,7 +101,7 @@ def main(argv=None):
 
 
 def _bits(rate):
-    from workbench.kernel import links
+    from workbench.kernel.testbed import links
 
     return links.parse_rate(rate)
 

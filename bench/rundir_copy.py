@@ -1,7 +1,7 @@
 """How long a run directory's checkpoints take to reach the kernel from a host that does
 not see it: a ~200 MB checkpoint sent by the chief as it saves it (``engine/loop.save``,
 ``kernel/unshared.py``, through ipyparallel's ``publish_data``) and the run's files pulled
-at its end (``remote.pull_run_files``), against the same run on a local engine, which
+at its end (``files.pull_run_files``), against the same run on a local engine, which
 writes its checkpoints into the kernel's directory itself (the baseline, same process).
 
     python bench/rundir_copy.py            # MLP 64-4096x4-10: 50.6 M parameters, 202 MB
@@ -80,11 +80,11 @@ def main(argv=None):
             assert run.unshared_hosts, "the bed's hosts should not see the run directory"
             row = {"lag_s": lags(run, seen), "wall_s": wall}
             # the end's pull again, timed alone: every checkpoint the manager keeps, TensorBoard, metrics
-            from workbench.kernel import remote
+            from workbench.kernel.runs import files
 
             task = run.tasks[0]
             t0 = time.monotonic()
-            copied = remote.pull_run_files(cluster.client, [task], str(run.run_dir), task.name, timeout=600)
+            copied = files.pull_run_files(cluster.client, [task], str(run.run_dir), task.name, timeout=600)
             row["end_pull_s"] = round(time.monotonic() - t0, 2)
             row["end_pull_files"] = copied
             row["end_pull_MB"] = round(sum(f.stat().st_size for f in RunDir(run.run_dir).path.rglob("*")

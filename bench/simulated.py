@@ -124,7 +124,7 @@ class FakeCluster:
 
 
 def make_run(workers, run_dir, strategy="multi_worker_mirrored"):
-    from workbench.kernel.run import Run
+    from workbench.kernel.runs.handle import Run
 
     tasks = [Task(engine_id=i, role="worker", index=i, host="sim", target="") for i in range(workers)]
     job = Job(run_id=os.path.basename(run_dir), run_dir=run_dir, strategy=strategy, model=None, data=None,

@@ -24,7 +24,7 @@ def stop_process_tree(proc, what, ask=signal.SIGTERM, timeout=60):
     """End ``proc`` (a Popen this test started) and wait until it and every process it had
     started are gone: ``ask`` first (it stops its own children), SIGKILL after ``timeout``;
     past the deadline, an AssertionError naming ``what`` is left."""
-    from workbench.kernel.processes import alive, family
+    from workbench.kernel.engines.processes import alive, family
 
     processes = family([proc.pid])
     proc.send_signal(ask)

@@ -63,7 +63,7 @@ def cluster():
     tmpdirs = roles.engine_tmpdir(tempfile.gettempdir(), c.cluster_tag, "*")
     assert glob.glob(tmpdirs), "engines have their private TMPDIR"
     c.stop()
-    from workbench.kernel.processes import alive as _alive
+    from workbench.kernel.engines.processes import alive as _alive
 
     assert not [p for p in pids if _alive(p)], "engines left running after stop()"
     assert not glob.glob(tmpdirs), "engines' TMPDIRs left behind after stop()"

@@ -10,7 +10,7 @@ import workbench as wb
 from checks import wait_for
 from workbench.common import anatomy
 from workbench.errors import ConfigError
-from workbench.kernel.train import make_job
+from workbench.kernel.runs.job import make_job
 
 DIGITS = wb.datasets.digits()
 MLP = wb.models.mlp((64, 32))
@@ -41,7 +41,7 @@ def test_shares_sum_to_one_and_the_last_to_arrive_defines_the_transfer():
 
 
 def test_the_dashboard_draws_a_bar_per_worker_and_names_the_straggler():
-    from workbench.kernel import render
+    from workbench.kernel.views import render
 
     h = pd.DataFrame(_rows("worker:0", 0.004, 0.005) + _rows("worker:1", 0.007, 0.002))
     out = render.anatomy_html(anatomy.table(h))
@@ -275,7 +275,7 @@ def test_every_strategy_reports_its_anatomy(cluster4, name):
 def test_anatomy_off_times_nothing_but_counts_the_bytes_sent(cluster4, name, kind, size):
     """Without the anatomy no step is timed, but a run that all-reduces still reports the
     bytes it hands to the collectives, in run.history and on the dashboard."""
-    from workbench.kernel import render
+    from workbench.kernel.views import render
 
     run = cluster4.train(MLP, DIGITS, global_batch_size=64, steps=20, anatomy=False, compression=kind,
                          **TOPOLOGIES[name]).wait(timeout=300)

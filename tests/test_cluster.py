@@ -12,7 +12,7 @@ from traitlets.config import Config
 
 import workbench as wb
 from workbench.common.roles import engine_tmpdir
-from workbench.kernel.processes import alive as _alive, family as _family, sweep_engine_tmpdirs
+from workbench.kernel.engines.processes import alive as _alive, family as _family, sweep_engine_tmpdirs
 
 pytestmark = pytest.mark.cluster
 
@@ -178,7 +178,7 @@ def test_a_killed_kernel_leaves_nothing_running(tmp_path):
     pids = [int(p) for p in pids]
     assert len(pids) == 4, pids
     processes = _family(pids)  # with the engines' nannies and the controller's schedulers
-    from workbench.kernel import zygote
+    from workbench.kernel.launchers import zygote
 
     files = [engine_tmpdir(tempfile.gettempdir(), tag, "*")]
     files += [zygote.socket_path(owner.pid, "*")] if forked == "True" else []  # not with WORKBENCH_ZYGOTE=0
@@ -193,7 +193,7 @@ def test_a_killed_kernel_leaves_nothing_running(tmp_path):
 def test_every_engine_state_has_a_description():
     """``cluster.engines`` and the panel's record describe each TF state an engine can be in,
     the condemned one included (it once raised IndexError)."""
-    from workbench.kernel.pool import TFState
+    from workbench.kernel.engines.pool import TFState
 
     worker = json.dumps({"cluster": {}, "task": {"type": "worker", "index": 1}})
     states = [TFState(fp) for fp in (None, ("local", 0), ("local", 2), ("cluster", worker))]

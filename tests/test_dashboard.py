@@ -7,7 +7,7 @@ import pytest
 
 import workbench as wb
 from checks import wait_for
-from workbench.kernel import render
+from workbench.kernel.views import render
 
 pytestmark = pytest.mark.cluster
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from workbench.kernel.processes import alive
+from workbench.kernel.engines.processes import alive
 
 pytestmark = pytest.mark.cluster
 

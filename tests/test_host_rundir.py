@@ -21,7 +21,7 @@ import pytest
 import workbench as wb
 from checks import bed_cluster, wait_for
 from workbench.engine import rundir
-from workbench.kernel import remote
+from workbench.kernel.runs import files
 from workbench.store import Home, RunDir, Records, history
 
 pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
@@ -139,7 +139,7 @@ def test_the_cli_stops_a_run_on_hosts_without_the_run_directory_whose_files_arri
     assert store.checkpoint_step() == run.final_step  # its final checkpoint, here
     assert f"checkpoint     step {run.final_step}" in out.stdout
     # the copy here is whole: asked again, the hosts send nothing
-    assert remote.pull_run_files(cluster.client, run.tasks, str(run.run_dir), "worker:0", timeout=60) == 0
+    assert files.pull_run_files(cluster.client, run.tasks, str(run.run_dir), "worker:0", timeout=60) == 0
     again = subprocess.run([sys.executable, "-m", "workbench", "stop", run.id], capture_output=True, text=True,
                            timeout=60)
     assert again.returncode == 2 and f"Expected a running run. Run {run.id} is stopped." in again.stderr
@@ -166,12 +166,12 @@ def test_a_run_another_kernel_picks_up_keeps_its_copy_current_and_forwards_the_c
     from IPython.paths import get_ipython_dir
 
     from checks import stop_process_tree
-    from workbench.kernel import remote
+    from workbench.kernel.launchers import ssh
 
     profile = f"wb-unshared-{os.getpid()}"
     options = bed.ssh_cluster(1)
     options.pop("launcher")
-    remote.configure_ssh(options, options.pop("hosts"), "local", 120)
+    ssh.configure_ssh(options, options.pop("hosts"), "local", 120)
     owner = ipp.Cluster(n=2, profile_dir=os.path.join(get_ipython_dir(), f"profile_{profile}"), log_level=40,
                         **options)
     owner.start_cluster_sync()
@@ -208,7 +208,7 @@ def test_a_run_another_kernel_picks_up_keeps_its_copy_current_and_forwards_the_c
     finally:
         owner.stop_cluster_sync()
         # its MWMS engines were slow to exit and were killed: their TMPDIRs stay for a sweep
-        from workbench.kernel.processes import sweep_engine_tmpdirs
+        from workbench.kernel.engines.processes import sweep_engine_tmpdirs
 
         from workbench.common.roles import engine_tmpdir
 
@@ -268,24 +268,24 @@ def test_run_files_move_whole_and_stay_inside_the_run_directory(tmp_path):
 
 def test_engines_mpi_or_slurm_started_are_asked_whether_they_see_the_run_directory(tmp_path):
     """``EnginePool.hosts_without`` asks every engine that no local launcher of this kernel
-    started (``remote.local_pids``): SSH engines (tested above on the bed), and also
+    started (``ssh.local_pids``): SSH engines (tested above on the bed), and also
     mpiexec's ranks (only mpiexec itself is a local process) and a Slurm job's engines (no
     local process at all). The launchers as ipyparallel builds them; no MPI or Slurm run."""
     from ipyparallel.cluster.launcher import (LocalEngineLauncher, LocalEngineSetLauncher, MPIEngineSetLauncher,
                                               SlurmEngineSetLauncher)
 
-    from workbench.kernel import remote
+    from workbench.kernel.launchers import ssh
 
     where = dict(work_dir=str(tmp_path), profile_dir=str(tmp_path / "profile"), cluster_id="t")
     mpi = MPIEngineSetLauncher(**where)
     mpi.pid = 4242  # mpiexec's, as the launcher records it once started
-    assert remote.local_pids(mpi) == {4242}, "only mpiexec: its ranks are asked"
-    assert remote.local_pids(SlurmEngineSetLauncher(**where)) == set(), "a Slurm job's engines are all asked"
-    assert remote.local_pids(MPIEngineSetLauncher(**where)) == set()  # never started: pid -1
+    assert ssh.local_pids(mpi) == {4242}, "only mpiexec: its ranks are asked"
+    assert ssh.local_pids(SlurmEngineSetLauncher(**where)) == set(), "a Slurm job's engines are all asked"
+    assert ssh.local_pids(MPIEngineSetLauncher(**where)) == set()  # never started: pid -1
     local = LocalEngineSetLauncher(**where)  # against which: local engines are this machine's, never asked
     local.launchers["0"] = child = LocalEngineLauncher(**where)
     child.pid = 4343
-    assert remote.local_pids(local) == {4343}
+    assert ssh.local_pids(local) == {4343}
 
 
 def test_the_kernels_copy_takes_what_tasks_on_other_hosts_published(tmp_path):
@@ -293,7 +293,7 @@ def test_the_kernels_copy_takes_what_tasks_on_other_hosts_published(tmp_path):
     ``AsyncResult.data``): metrics appended, sent files written and then let go, the STOP
     file forwarded once, a failing disk said once."""
     from workbench.engine.metrics import FILES
-    from workbench.kernel.unshared import Mirror
+    from workbench.kernel.runs.files import Mirror
 
     mirror = Mirror(tmp_path / "run", ["worker:0"])
     data = {"rows": [], FILES: {"step": 10, "files": {"checkpoints/ckpt-10.index": b"i",

@@ -8,7 +8,7 @@ import pytest
 import workbench as wb
 from workbench.common import options
 from workbench.engine import build
-from workbench.kernel.train import make_job
+from workbench.kernel.runs.job import make_job
 
 tf = pytest.importorskip("tensorflow")
 

@@ -215,7 +215,7 @@ def test_placement_lists_adam_state_beside_sharded_variables(cluster):
     # Adam keeps m and v per variable: twice the model's bytes, plus its step counter and rate
     slots = state[state["shape"].map(len) > 0].bytes.sum()
     assert slots == 2 * model.bytes.sum(), (slots, model.bytes.sum())
-    from workbench.kernel import render
+    from workbench.kernel.views import render
 
     _, rows = render.placement_tables(p)
     assert sum(render.bytes_per_task(rows).values()) == v.bytes.sum() >= 3 * model.bytes.sum()

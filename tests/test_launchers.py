@@ -11,7 +11,7 @@ import time
 import pytest
 
 import workbench as wb
-from workbench.kernel.processes import alive
+from workbench.kernel.engines.processes import alive
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -64,7 +64,7 @@ def test_mpi_on_this_machine_trains_both_strategies_and_restarts_the_job_whole()
 
 
 def test_mpi_refuses_to_restart_its_job_under_a_running_run():
-    from workbench.kernel import launchers
+    from workbench.kernel.launchers import batch as launchers
 
     class Busy:
         id, done = "run-x", False

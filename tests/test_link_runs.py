@@ -48,7 +48,7 @@ def test_history_has_each_hosts_bytes_per_step_and_link_utilisation(cluster, bed
     text = run.dashboard().thr_text.value  # drawn when the dashboard is made
     assert "busiest link h" in text
     # the placement picture: both hosts' links at their rate and use over the run, the busiest in red
-    from workbench.kernel import render
+    from workbench.kernel.views import render
 
     state = render.link_state(run)
     svg = render.svgs_in(render.snapshot_html(run, "finished"))[-1]

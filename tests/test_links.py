@@ -8,8 +8,8 @@ import time
 import pytest
 
 import workbench as wb
-from workbench.kernel import links
-from workbench.kernel import testbed as tb
+from workbench.kernel.testbed import links
+from workbench.kernel.testbed import bed as tb
 
 pytestmark = pytest.mark.hosts
 
@@ -230,7 +230,7 @@ def test_faults_injected_on_a_bed_are_events_of_its_runs(bed):
 def test_the_placement_picture_draws_each_hosts_link_and_highlights_the_busiest():
     import xml.etree.ElementTree as ET
 
-    from workbench.kernel import render
+    from workbench.kernel.views import render
 
     tasks = [{"role": "worker", "task": 0, "host": "h1", "engine": 0, "pid": 11, "device": "/device:CPU:0"},
              {"role": "worker", "task": 1, "host": "h2", "engine": 1, "pid": 12, "device": "/device:CPU:0"}]

@@ -9,7 +9,7 @@ import pytest
 import workbench as wb
 from workbench import cli
 from workbench.common import options
-from workbench.kernel import train
+from workbench.kernel.runs import job as train
 
 
 def test_cluster_train_signature_is_the_declaration():

@@ -14,9 +14,9 @@ import pytest
 
 import workbench as wb
 from workbench.common.roles import engine_tmpdir
-from workbench.kernel.processes import sweep_engine_tmpdirs
-from workbench.kernel.recorded import RecordedRun
-from workbench.kernel.run import Run
+from workbench.kernel.engines.processes import sweep_engine_tmpdirs
+from workbench.kernel.runs.recorded import RecordedRun
+from workbench.kernel.runs.handle import Run
 from checks import stop_process_tree, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -12,7 +12,7 @@ import pytest
 
 import workbench as wb
 from workbench import store
-from workbench.kernel.processes import alive
+from workbench.kernel.engines.processes import alive
 from checks import relative_difference, wait_for
 
 EVERY = 100

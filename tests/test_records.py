@@ -96,7 +96,7 @@ def test_runs_and_history_of_a_real_run_from_files_alone(tmp_path, monkeypatch):
     import workbench as wb
     from workbench import cli
     from workbench.common import figures
-    from workbench.kernel import compare
+    from workbench.kernel.views import compare
 
     monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
     with wb.Cluster(engines=2) as cluster:
@@ -137,7 +137,7 @@ def test_two_tasks_events_of_the_same_kind_at_the_same_microsecond_are_both_kept
     """MWMS workers publish their placement when the collective building their variables
     releases them together: same kind, no step, the same time.time(). Both are kept; a
     repeat of either (every publish repeats the last events) is not."""
-    from workbench.kernel.recorded import RecordedRun
+    from workbench.kernel.runs.recorded import RecordedRun
 
     run = RecordedRun(tmp_path / "runs" / "r1")
     t = 1795470000.123456

@@ -106,7 +106,7 @@ def test_best_plan_prefers_engines_that_already_hold_the_right_state():
 def test_a_cluster_on_a_network_warns_once_about_tf_servers_and_loopback_does_not():
     import warnings
 
-    from workbench.kernel.pool import warn_if_exposed
+    from workbench.kernel.engines.pool import warn_if_exposed
 
     EngineInfo = roles.EngineInfo
     local = [EngineInfo(id=i, host="a", address="127.0.0.1", pid=i, port=1000 + i) for i in range(2)]

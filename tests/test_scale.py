@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import simulated  # noqa: E402
 
 from workbench.engine import metrics  # noqa: E402
-from workbench.kernel import livestats  # noqa: E402
+from workbench.kernel.views import livestats  # noqa: E402
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ def test_the_dashboards_smoothing_is_the_reference_ema_in_blocks(n):
     render.ema's numbers (the loop, as TensorBoard smooths), non-finite values included."""
     import numpy as np
 
-    from workbench.kernel import render
+    from workbench.kernel.views import render
 
     rng = np.random.default_rng(n)
     for smoothing in (0.3, 0.9, 0.99):

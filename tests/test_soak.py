@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 import workbench as wb
-from workbench.kernel.processes import family
+from workbench.kernel.engines.processes import family
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 import workbench as wb
-from workbench.kernel import testbed as tb
-from workbench.kernel.processes import alive
+from workbench.kernel.testbed import bed as tb
+from workbench.kernel.engines.processes import alive
 from checks import wait_for
 
 pytestmark = pytest.mark.hosts
@@ -109,7 +109,7 @@ def test_the_reaper_leaves_a_bed_alone_while_its_owner_lives(tmp_path):
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"bridge": "wbnone", "netns": {}, "dir": str(tmp_path / "x"), "ssh_config": "/dev/null",
                                  "hosts": []}))
-    reaper = subprocess.Popen([sys.executable, "-m", "workbench.kernel.testbed", "reap", str(os.getpid()), str(state)])
+    reaper = subprocess.Popen([sys.executable, "-m", "workbench.kernel.testbed.bed", "reap", str(os.getpid()), str(state)])
     try:
         time.sleep(1.0)  # a stretch of the owner's life: the reaper must do nothing in it
         assert reaper.poll() is None and state.exists()

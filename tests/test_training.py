@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.kernel.processes import alive as _alive
+from workbench.kernel.engines.processes import alive as _alive
 from checks import relative_difference, wait_for
 
 pytestmark = pytest.mark.cluster

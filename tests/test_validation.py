@@ -6,7 +6,7 @@ import pytest
 
 import workbench as wb
 from workbench.common import options
-from workbench.kernel.train import make_job
+from workbench.kernel.runs.job import make_job
 
 
 # Cluster.train's defaults (one declaration: workbench.common.options), a smaller run
@@ -130,7 +130,7 @@ KERAS_IN_THE_KERNEL = """
 import cloudpickle, keras, pytest
 import workbench as wb
 from workbench.common.job import FromConfig
-from workbench.kernel.train import make_job
+from workbench.kernel.runs.job import make_job
 GOOD = dict(model=wb.models.mlp(), data=wb.datasets.digits(), loss=keras.losses.SparseCategoricalCrossentropy(),
             optimizer=keras.optimizers.Adam(keras.optimizers.schedules.ExponentialDecay(0.01, 100, 0.9), clipnorm=1.0),
             learning_rate=None, momentum=0.0, strategy="multi_worker_mirrored", workers=2, ps=0,

@@ -19,12 +19,12 @@ __version__ = "0.1.0"
 # every public name, once: where it lives (a module's own name: the module itself)
 _HOMES = {
     "Cluster": "workbench.kernel.cluster",
-    "compare": "workbench.kernel.compare",
+    "compare": "workbench.kernel.views.compare",
     "linear_scaling": "workbench.schedules",
     "runs": "workbench.store",
     "history": "workbench.store",
-    "load": "workbench.kernel.recorded",
-    "testbed": "workbench.kernel.testbed",
+    "load": "workbench.kernel.runs.recorded",
+    "testbed": "workbench.kernel.testbed.bed",
     "datasets": "workbench.datasets",
     "models": "workbench.models",
     "WorkbenchError": "workbench.errors",

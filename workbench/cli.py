@@ -15,7 +15,7 @@ from workbench.common import options, validate
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
-    from workbench.kernel.run import Run
+    from workbench.kernel.runs.handle import Run
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -165,7 +165,7 @@ def resume(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
 
 def check(model: Callable, data: object, given: dict[str, object]) -> None:
     """Refuse bad training options as ``Cluster.train`` would, before any engine starts."""
-    from workbench.kernel.train import make_job
+    from workbench.kernel.runs.job import make_job
 
     job_options = {name: value for name, value in given.items() if options.BY_NAME[name].job}
     make_job(None, model=model, data=data, **job_options)

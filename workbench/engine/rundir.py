@@ -1,5 +1,5 @@
 """A run directory's files between an engine's host and the kernel, through ipyparallel,
-for hosts that do not share the kernel's filesystem (``workbench.kernel.remote``): the
+for hosts that do not share the kernel's filesystem (``workbench.kernel.runs.files``): the
 kernel pushes what a task reads (the checkpoints a resume starts from, the task's metrics
 file as far as the resume keeps it) before the task starts, and pulls what it wrote
 (metrics files; the chief's checkpoints, TensorBoard logs and profiles) after it ended.

@@ -10,12 +10,14 @@ from workbench.common import roles, strategies
 from workbench.common import validate
 from workbench.datasets import Data
 from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, invalid
-from workbench.kernel import home, launchers, live, reaper, recorded, recovery, remote, zygote
-from workbench.kernel.launch import launch as start_run
-from workbench.kernel.pool import EnginePool
-from workbench.kernel.processes import alive, family, reap, remove_engine_tmpdirs, sweep_engine_tmpdirs
-from workbench.kernel.run import Run
-from workbench.kernel import train as training
+from workbench.kernel.engines import live
+from workbench.kernel.engines.pool import EnginePool
+from workbench.kernel.engines.processes import alive, family, reap, remove_engine_tmpdirs, sweep_engine_tmpdirs
+from workbench.kernel.launchers import batch, home, reaper, ssh, zygote
+from workbench.kernel.runs import job as training
+from workbench.kernel.runs import recorded, recovery
+from workbench.kernel.runs.handle import Run
+from workbench.kernel.runs.launch import launch as start_run
 from workbench.store import ClusterRecord, Home
 
 
@@ -69,7 +71,7 @@ class Cluster:
                  launcher: str = "local", controller: str = "local", timeout: float = 120,
                  hosts: dict[str, int] | None = None, **ipp_options: Any) -> None:
         if hosts is not None:
-            engines = remote.check_hosts(hosts, engines, launcher)
+            engines = ssh.check_hosts(hosts, engines, launcher)
         self.attached = profile is not None and engines is None
         if not self.attached:
             engines = 3 if engines is None else engines
@@ -165,14 +167,14 @@ class Cluster:
         options = dict(self.ipp_options)
         if self.launcher == "local" and self.controller == "local":
             options.setdefault("controller_ip", "127.0.0.1")
-        zygote_path = None  # where SSH hosts' engines fork from a zygote on their host (remote.py)
+        zygote_path = None  # where SSH hosts' engines fork from a zygote on their host (launchers/ssh.py)
         if self.launcher == "ssh":
             import secrets
 
             wanted = zygote.remote_path(secrets.token_hex(4)) if zygote.enabled() else None
-            if remote.configure_ssh(options, self.hosts, self.controller, self.timeout, wanted):
+            if ssh.configure_ssh(options, self.hosts, self.controller, self.timeout, wanted):
                 zygote_path = wanted
-        launchers.configure(options, self.launcher, self.timeout)  # MPI, Slurm
+        batch.configure(options, self.launcher, self.timeout)  # MPI, Slurm
         if self.controller == "local":
             options.setdefault("controller_args", heartbeat_args(self.n, local=self.launcher == "local"))
         if self.launcher == "local":
@@ -205,7 +207,7 @@ class Cluster:
             raise ConfigError(f"ipyparallel refused the cluster options: {e}") from e
         try:
             if zygote_path is not None:  # their ssh processes are ours: stop() and the reaper end them
-                self._remote_zygotes = remote.start_zygotes(options, zygote_path)
+                self._remote_zygotes = ssh.start_zygotes(options, zygote_path)
                 self._pids.update(p.pid for p in self._remote_zygotes)
             self._ipp.start_cluster_sync()
             self.client = self._ipp.connect_client_sync()
@@ -229,7 +231,7 @@ class Cluster:
 
         deadline = time.monotonic() + self.timeout
         while True:
-            exited = launchers.exited_engine_processes(self._ipp)
+            exited = batch.exited_engine_processes(self._ipp)
             if exited:
                 raise ClusterError(f"{exited} engine process(es) exited before registering; their output is below.")
             left = deadline - time.monotonic()
@@ -242,12 +244,12 @@ class Cluster:
 
     def _start_reaper(self):
         """A watchdog that ends this cluster's processes if this kernel dies without
-        stopping it (see ``workbench.kernel.reaper``)."""
+        stopping it (see ``workbench.kernel.launchers.reaper``)."""
         import os
 
         self._pidfile = Home().pidfile(self._ipp.cluster_id)
         self._write_pidfile()
-        self._reaper = reaper.spawn("workbench.kernel.reaper", str(os.getpid()), str(self._pidfile))
+        self._reaper = reaper.spawn("workbench.kernel.launchers.reaper", str(os.getpid()), str(self._pidfile))
 
     def _collect_pids(self):
         """Add the PIDs of the processes local launchers started (the controller, local
@@ -255,9 +257,9 @@ class Cluster:
         in: those engines stop through their launcher."""
         if self._ipp is None:
             return
-        self._pids.update(remote.local_pids(self._ipp.controller))
+        self._pids.update(ssh.local_pids(self._ipp.controller))
         for engine_set in self._ipp.engines.values():
-            self._pids.update(remote.local_pids(engine_set))
+            self._pids.update(ssh.local_pids(engine_set))
         if self._zygote is not None:  # the engines it forked
             self._pids.update(family({self._zygote.pid}))
 
@@ -301,13 +303,13 @@ class Cluster:
         # engines' private TMPDIRs (compiled functions, workers' scratch checkpoints): on
         # this machine's filesystem for local engines and for hosts that share it
         tmps, tag = {info.tmp for info in self.pool.info.values()}, self.cluster_tag
-        controller = remote.local_pids(self._ipp.controller)
-        launchers.end_mpi_jobs(self._ipp)  # mpiexec takes its ranks on every host down
-        launchers.end_slurm_jobs(self._ipp)  # scancel, until squeue no longer lists the job
+        controller = ssh.local_pids(self._ipp.controller)
+        batch.end_mpi_jobs(self._ipp)  # mpiexec takes its ranks on every host down
+        batch.end_slurm_jobs(self._ipp)  # scancel, until squeue no longer lists the job
         # engines whose TF runtime holds collectives or servers take ~10 s to exit when asked;
         # their runs are over and saved, so end them (ours, by PID) before the controller
         reap(processes - family(controller), deadline=0)
-        remote.kill_remote_engines(self._ipp)  # the same for engines on other hosts, through their launcher
+        ssh.kill_remote_engines(self._ipp)  # the same for engines on other hosts, through their launcher
         try:
             self._ipp.stop_cluster_sync()
         except Exception:
@@ -356,7 +358,7 @@ class Cluster:
         name resolved here: ``/etc/hosts`` maps this machine's name to 127.0.0.1."""
         if self._ipp is not None and self.launcher == "local" and self.controller == "local":
             return "127.0.0.1"
-        return remote.controller_address(getattr(self.client, "_config", {}) or {})
+        return ssh.controller_address(getattr(self.client, "_config", {}) or {})
 
     def _write_record(self):
         """``clusters/<id>.json`` under the workbench home: this cluster's engines and
@@ -474,15 +476,15 @@ class Cluster:
                 "cluster was attached, not started, by the workbench, so it cannot restart them. "
                 "Restart those engines (or the cluster) and try again."
             )
-        if launchers.is_mpi(self._ipp):  # one mpiexec job: restarted whole, never rank by rank
+        if batch.is_mpi(self._ipp):  # one mpiexec job: restarted whole, never rank by rank
             return self._restart_mpi()
         local = [o for o in old if self._is_local(o)]
-        where = remote.ssh_hosts_of(self._ipp, [o.pid for o in old if not self._is_local(o)])
+        where = ssh.ssh_hosts_of(self._ipp, [o.pid for o in old if not self._is_local(o)])
         others = [o.id for o in old if not self._is_local(o) and o.id in self.client.ids and o.pid not in where]
         if others:
             self.client.shutdown(targets=others, block=False)
         reap(family({o.pid for o in local}), deadline=0)  # SIGKILL: engines we started
-        remote.kill_remote_engines(self._ipp, pids=set(where))  # through their launcher
+        ssh.kill_remote_engines(self._ipp, pids=set(where))  # through their launcher
         per_host = {}
         for pid, host in where.items():  # an SSH engine's replacement starts on its host
             per_host[host] = per_host.get(host, 0) + 1
@@ -502,8 +504,8 @@ class Cluster:
         """Every engine of the cluster restarted, as the ranks of a new ``mpiexec`` job (same
         engine ids: ipyparallel's --mpi makes the rank the id). Returns the old engines."""
         old = list(self.pool.info.values())
-        launchers.refuse_under_run(self.runs, [o.id for o in old])
-        launchers.restart_mpi(self._ipp, self.client, [o.id for o in old], self.n, self.timeout)
+        batch.refuse_under_run(self.runs, [o.id for o in old])
+        batch.restart_mpi(self._ipp, self.client, [o.id for o in old], self.n, self.timeout)
         self._pids.clear()  # the old job's; the controller's and the new job's are collected
         self._write_pidfile()
         return old
@@ -624,10 +626,10 @@ class Cluster:
         (TF imported: ~0.4 GB). Other launchers and attached clusters keep none, nor do
         clusters whose engines fork from a zygote (``kernel/zygote.py``): a replacement
         forked there has TensorFlow imported too, and starts as soon as a spare would."""
-        if self._ipp is None or self.launcher != "local" or launchers.is_mpi(self._ipp) or self._zygote is not None:
+        if self._ipp is None or self.launcher != "local" or batch.is_mpi(self._ipp) or self._zygote is not None:
             return
         taken = {e.pid for e in self.pool.info.values()}
-        started = set().union(*(remote.local_pids(s) for s in self._ipp.engines.values()))
+        started = set().union(*(ssh.local_pids(s) for s in self._ipp.engines.values()))
         if any(alive(p) for p in started - taken):
             return  # a spare is up, or starting
         self._ipp.start_engines_sync(n=1)

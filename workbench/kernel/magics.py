@@ -133,7 +133,7 @@ def _stop(args, shell):
 
 def _resume(args, shell):
     from workbench.errors import ClusterError
-    from workbench.kernel import live
+    from workbench.kernel.engines import live
     from workbench.kernel.cluster import Cluster
 
     if args.cluster is not None:
@@ -154,7 +154,7 @@ def _resume(args, shell):
 
 def _tensorboard(args, shell):
     from workbench import tensorboard
-    from workbench.kernel.recorded import resolve
+    from workbench.kernel.runs.recorded import resolve
     from workbench.store import RunDir
 
     run_dir = resolve(args.run)

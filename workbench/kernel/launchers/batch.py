@@ -25,7 +25,7 @@ from workbench.errors import ClusterError
 if TYPE_CHECKING:
     import ipyparallel
 
-    from workbench.kernel.run import Run
+    from workbench.kernel.runs.handle import Run
 
 MPI = ("mpi", "mpiexec")
 SLURM = ("slurm",)
@@ -52,7 +52,7 @@ def configure(options: dict[str, Any], launcher: str | None, timeout: float) -> 
         # folder): into the workbench's profile instead, one a cluster object
         import uuid
 
-        from workbench.kernel import home
+        from workbench.kernel.launchers import home
 
         config[section].batch_file_name = str(home.profile_dir() / f"slurm_engines-{uuid.uuid4().hex[:8]}.sbatch")
     if launcher in MPI:
@@ -105,7 +105,7 @@ def end_mpi_jobs(ipp_cluster: ipyparallel.Cluster, deadline: float = 10.0) -> li
     down with it. Returns the PIDs still alive at the deadline (the caller SIGKILLs them)."""
     from ipyparallel.cluster.launcher import MPIEngineSetLauncher
 
-    from workbench.kernel.processes import alive
+    from workbench.kernel.engines.processes import alive
 
     pids = [s.pid for s in ipp_cluster.engines.values()
             if isinstance(s, MPIEngineSetLauncher) and isinstance(s.pid, int) and s.pid > 0 and alive(s.pid)]
@@ -135,7 +135,7 @@ def restart_mpi(ipp: ipyparallel.Cluster, client: ipyparallel.Client, old_ids: C
     be replaced: killing it aborts the job). Returns when the old ranks have unregistered
     and ``n`` ranks of the new job have registered; their ids are the old ones (rank = id),
     and the pool gives each the TF port its predecessor had on its host."""
-    from workbench.kernel.processes import family, reap, wait_until
+    from workbench.kernel.engines.processes import family, reap, wait_until
 
     stuck = end_mpi_jobs(ipp)
     reap(family(stuck), deadline=0)

@@ -15,7 +15,8 @@ from workbench.common.job import Job
 from workbench.common.options import COMPRESSION, complete
 from workbench.datasets import Data
 from workbench.errors import invalid
-from workbench.kernel import home, keras_args
+from workbench.kernel.launchers import home
+from workbench.kernel.runs import keras_args
 
 
 def make_job(available: int | None, *, model: Callable, data: object, run_dir: str | None = None,

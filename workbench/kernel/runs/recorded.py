@@ -16,8 +16,8 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from workbench.errors import RunStopped, invalid
-from workbench.kernel import reattach
-from workbench.kernel.run import Run
+from workbench.kernel.runs import reattach
+from workbench.kernel.runs.handle import Run
 from workbench.store import Home, Records, RunDir
 
 if TYPE_CHECKING:
@@ -180,7 +180,7 @@ class RecordedRun(Run):
 
     def dashboard(self, interval: float = 0.25, baseline: Any = None) -> "_Html":
         """The static rendering of the run (charts, placement), as a saved notebook shows it."""
-        from workbench.kernel.render import snapshot_html
+        from workbench.kernel.views.render import snapshot_html
 
         self.refresh()
         status = f"{self.status} · step {self.final_step}/{self.job.steps}"

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.common import figures
-from workbench.kernel import render
-from workbench.kernel.dashboard import MIME_WIDGET
+from workbench.kernel.views import render
+from workbench.kernel.views.dashboard import MIME_WIDGET
 
 if TYPE_CHECKING:
     import ipywidgets
 
-    from workbench.kernel.run import Run
+    from workbench.kernel.runs.handle import Run
 
 
 def summary(run: Run, label: str) -> dict[str, Any]:
@@ -107,7 +107,7 @@ def compare(*runs: Run, labels: Sequence[str] | None = None) -> Comparison:
     throughput (steps/s, examples/s), final loss and test accuracy. ``.table`` is the
     DataFrame; in a notebook the result shows as charts."""
     from workbench.errors import invalid
-    from workbench.kernel.run import Run
+    from workbench.kernel.runs.handle import Run
 
     if not runs or not all(isinstance(r, Run) for r in runs):
         raise invalid("runs", [type(r).__name__ for r in runs], "one or more workbench Run objects")

@@ -14,7 +14,7 @@ import html
 from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.kernel import links
+from workbench.kernel.testbed import links
 
 
 def for_run(run: Any) -> "FaultControls | None":

@@ -1,6 +1,6 @@
-"""Clusters across hosts, seen from the kernel: which launchers' processes are local, the
-controller's address as engines dial it, and ipyparallel's SSH launcher set up to start
-workbench engines on a dict of hosts."""
+"""Clusters across hosts, seen from the kernel: ipyparallel's SSH launcher set up to start
+workbench engines on a dict of hosts, the controller's address as engines dial it, and which
+launchers' processes are local (killed by PID) or remote (ended through their launcher)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from workbench.errors import ClusterError, invalid
 
 if TYPE_CHECKING:
     import ipyparallel
-
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def check_hosts(hosts: dict[str, int], engines: int | None, launcher: str | None) -> int:
@@ -42,7 +40,7 @@ def configure_ssh(options: dict[str, Any], hosts: dict[str, int] | None, control
     they ask a zygote: not when the config has an engine command of its own."""
     from traitlets.config import Config
 
-    from workbench.kernel import zygote
+    from workbench.kernel.launchers import zygote
 
     config = options.setdefault("config", Config())
     if hosts is not None:
@@ -55,7 +53,7 @@ def configure_ssh(options: dict[str, Any], hosts: dict[str, int] | None, control
             f"--IPEngine.wait_for_url_file={timeout}",
             *(["--IPEngine.enable_nanny=False"] if forks else [])]  # as local zygote engines: we watch PIDs
     options.setdefault("delay", 0)
-    from workbench.kernel.ssh_launcher import ParallelSSHEngineSetLauncher
+    from workbench.kernel.launchers.ssh_engines import ParallelSSHEngineSetLauncher
 
     options["engines"] = ParallelSSHEngineSetLauncher
     if controller == "local" and "controller_ip" not in options and hosts:
@@ -66,7 +64,7 @@ def configure_ssh(options: dict[str, Any], hosts: dict[str, int] | None, control
 def start_zygotes(options: dict[str, Any], zygote_path: str) -> list[subprocess.Popen]:
     """A zygote on every host of the SSH launcher that ``configure_ssh`` set in ``options``,
     reached as its engines are (its ssh command, arguments, Python and environment)."""
-    from workbench.kernel import zygote
+    from workbench.kernel.launchers import zygote
 
     config = options["config"]
     hosts = list(config.SSHEngineSetLauncher.engines)
@@ -104,81 +102,6 @@ def controller_address(connection_info: dict[str, Any]) -> str:
     if ip in ("*", "0.0.0.0", ""):
         ip = connection_info.get("location") or "127.0.0.1"
     return ip
-
-
-def answer(target: str, timeout: float = 2.0) -> str:
-    """How ``"address:port"`` answers a TCP connection from here: "open", "refused" (its
-    host is reachable, nothing listens there: the process is gone), or "silent" (no answer
-    at all: the host is down or cut off the network)."""
-    host, port = target.rsplit(":", 1)
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
-        return "open"
-    except ConnectionRefusedError:
-        return "refused"
-    except OSError:  # a timeout, or no route / host unreachable
-        return "silent"
-
-
-def unreachable(targets: Sequence[str], timeout: float = 2.0) -> list[str]:
-    """The ``"address:port"`` targets that refuse or ignore a TCP connection from here."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def down(target):
-        host, port = target.rsplit(":", 1)
-        try:
-            socket.create_connection((host, int(port)), timeout=timeout).close()
-            return False
-        except OSError:
-            return True
-
-    if not targets:
-        return []
-    with ThreadPoolExecutor(min(len(targets), 16)) as pool:
-        return [t for t, d in zip(targets, pool.map(down, targets)) if d]
-
-
-def push_run_files(client: Any, tasks: Sequence[Any], run_dir: str, timeout: float) -> None:
-    """Before ``tasks`` start on hosts that do not see ``run_dir``: copy to each engine what
-    its task reads there (``RunDir.read_by``: the checkpoints a resume restores, its metrics
-    file as the kernel kept it), through ipyparallel."""
-    from workbench.engine import rundir
-    from workbench.store import RunDir
-
-    pending = []
-    for t in tasks:
-        files = rundir.read_files(run_dir, RunDir(run_dir).read_by(t.name))
-        if files:
-            pending.append(client[t.engine_id].apply_async(rundir.write_files, run_dir, files))
-    for ar in pending:
-        ar.get(timeout=timeout)
-
-
-def pull_run_files(client: Any, tasks: Sequence[Any], run_dir: str, chief: str | None, timeout: float) -> int:
-    """After a run: copy into this machine's ``run_dir`` what ``tasks`` wrote there on hosts
-    that do not see it (``RunDir.written_by``; ``chief``: the name of the run's chief task),
-    through ipyparallel. Engines that do not answer within ``timeout`` seconds in all (lost,
-    or blocked in a collective) are left out. Returns the number of files copied (those
-    that differ from this machine's copy)."""
-    import time
-
-    from workbench.engine import rundir
-    from workbench.store import RunDir
-
-    end = time.monotonic() + timeout
-    pending = []
-    for t in tasks:  # each file is sent only if it differs from this machine's copy (checkpoints sent live do not)
-        parts = RunDir(run_dir).written_by(t.name, t.name == chief)
-        pending.append(client[t.engine_id].apply_async(rundir.read_files, run_dir, parts,
-                                                       rundir.digests(run_dir, parts)))
-    copied = 0
-    for ar in pending:
-        try:
-            files = ar.get(timeout=max(0.1, end - time.monotonic()))
-        except Exception:  # noqa: BLE001 - that engine's files stay on its host
-            continue
-        copied += rundir.write_files(run_dir, files)
-    return copied
 
 
 def local_pids(launcher: Any) -> set[int]:
@@ -247,3 +170,4 @@ def kill_remote_engines(ipp_cluster: ipyparallel.Cluster, pids: Collection[int] 
     if launchers:
         with ThreadPoolExecutor(min(len(launchers), 8)) as pool:
             list(pool.map(kill, launchers))
+

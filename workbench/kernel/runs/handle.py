@@ -20,9 +20,9 @@ from workbench.common import strategies
 from workbench.common.protocols import Event, EventKind, Metrics, Published, ServerResult, StepRow, TaskResult
 from workbench.errors import EngineError, RunStalled, RunStopped
 from workbench.engine.metrics import unpack
-from workbench.kernel.dashboard import Dashboard
-from workbench.kernel import unshared as unshared_dir
-from workbench.kernel.recovery import EngineWatch
+from workbench.kernel.views.dashboard import Dashboard
+from workbench.kernel.runs import files as unshared_dir
+from workbench.kernel.runs.recovery import EngineWatch
 from workbench.store import ResultRecord, RunDir
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class Run:
         self._profiles = 0  # profile requests made (each one's traces go to profile/<n>)
         self._tail = tail  # re-attached runs: reads the metrics files (rows published before)
         # hosts whose engines do not see the run directory: what they write there is
-        # copied here when the run ends (``remote.pull_run_files``)
+        # copied here when the run ends (``files.pull_run_files``)
         self.unshared_hosts = sorted(unshared)
         self._mirror = unshared_dir.Mirror(self.run_dir, [t.name for t in tasks if t.host in self.unshared_hosts]) \
             if self.unshared_hosts else None
@@ -85,7 +85,7 @@ class Run:
         self._sync = spec.synchronous  # lockstep workers: a lost one can hang the others
         # asynchronous runs outlive a lost worker: the workbench brings a replacement up
         self._engines = EngineWatch(self, replace_workers=spec.has_ps)
-        from workbench.kernel import links
+        from workbench.kernel.testbed import links
 
         self._links = links.watch(self)  # a run across test-bed hosts: its links' bytes, sampled
         self._thread = threading.Thread(target=self._watch, name=f"workbench-run-{job.run_id}", daemon=True)
@@ -282,7 +282,7 @@ class Run:
             rid = self._profiles = 1 + max([self._profiles, *traced] + [e["id"] for e in self._events
                                                                         if e["kind"] == "profile"])
         if strategies.spec(self.job.strategy).has_ps:
-            from workbench.kernel import profiling
+            from workbench.kernel.runs import profiling
 
             return profiling.servers(self, rid, steps, timeout)
         spe = self.job.steps_per_execution
@@ -363,7 +363,7 @@ class Run:
     def placement_rows(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """``placement`` as (task rows, variable rows), lists of dicts with None for a missing
         value: what the dashboard draws 4 times a second, rebuilt only when a task reports."""
-        from workbench.kernel import render
+        from workbench.kernel.views import render
 
         count = len(self._events)
         cached = self._stream().get("placement_rows")
@@ -670,14 +670,14 @@ class Run:
         """Copy what the tasks on hosts without the run directory wrote there (metrics files;
         the chief's checkpoints, TensorBoard logs, profiles) into it, from engines that ended
         their task and are still there."""
-        from workbench.kernel import remote
+        from workbench.kernel.runs import files
 
         pool = self.cluster.pool
         tasks = [t for t in self.tasks if t.host in self.unshared_hosts and self._results[t.name].ready()
                  and pool.alive(t.engine_id)]
         if tasks:
             try:
-                remote.pull_run_files(self.cluster.client, tasks, str(self.run_dir), self._chief, timeout=60)
+                files.pull_run_files(self.cluster.client, tasks, str(self.run_dir), self._chief, timeout=60)
             except Exception as e:  # noqa: BLE001 - the run's end is recorded whatever happens here
                 self.note("run_files_not_copied", error=f"{type(e).__name__}: {e}", step=self.step)
 

@@ -17,7 +17,7 @@ import cloudpickle
 
 from workbench.engine import entry
 from workbench.errors import EngineError, ProfilerCrashed, RunStalled
-from workbench.kernel.remote import answer, unreachable
+from workbench.kernel.engines.health import answer, unreachable
 
 
 class EngineWatch:

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from workbench.errors import TestbedError
-from workbench.kernel.commands import tail
+from workbench.kernel.testbed.commands import tail
 
 PACKAGES = {"/usr/sbin/slurmctld": "slurm-wlm", "/usr/sbin/slurmd": "slurm-wlm", "/usr/bin/sbatch": "slurm-wlm",
             "/usr/sbin/munged": "munge"}
@@ -28,7 +28,7 @@ CTL = "slurmctld"  # the controller's namespace (longer than any host name: no c
 def mpi_args(bed: Any, per_host: dict[str, int]) -> list[str]:
     """``mpiexec`` arguments that place ``per_host`` ({host: ranks}) ranks on the bed's
     hosts, its daemons started over the bed's SSH, its traffic on the bed's network."""
-    from workbench.kernel.launchers import local_mpi_args
+    from workbench.kernel.launchers.batch import local_mpi_args
 
     subnet = bed.controller_ip.rsplit(".", 1)[0] + ".0/24"
     env = ["-x", "IPP_CONNECTION_INFO"] + (["-x", "PYTHONPATH"] if os.environ.get("PYTHONPATH") else [])

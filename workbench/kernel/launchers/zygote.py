@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 
 from workbench.common.roles import STARTUP_ENV
-from workbench.kernel.processes import reap
+from workbench.kernel.engines.processes import reap
 
 
 @dataclass

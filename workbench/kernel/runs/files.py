@@ -13,12 +13,12 @@ here even if the host is lost before the end.
   kernel watching the run, nobody forwards it.
 
 At the end of the run the engines that are still there send each of those files that
-differs from the copy here (``remote.pull_run_files``), which replaces it.
+differs from the copy here (``pull_run_files``), which replaces it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +65,47 @@ class Mirror:
             return False
         self._stop_forwarded = True
         return True
+
+
+def push_run_files(client: Any, tasks: Sequence[Any], run_dir: str, timeout: float) -> None:
+    """Before ``tasks`` start on hosts that do not see ``run_dir``: copy to each engine what
+    its task reads there (``RunDir.read_by``: the checkpoints a resume restores, its metrics
+    file as the kernel kept it), through ipyparallel."""
+    from workbench.engine import rundir
+    from workbench.store import RunDir
+
+    pending = []
+    for t in tasks:
+        files = rundir.read_files(run_dir, RunDir(run_dir).read_by(t.name))
+        if files:
+            pending.append(client[t.engine_id].apply_async(rundir.write_files, run_dir, files))
+    for ar in pending:
+        ar.get(timeout=timeout)
+
+
+def pull_run_files(client: Any, tasks: Sequence[Any], run_dir: str, chief: str | None, timeout: float) -> int:
+    """After a run: copy into this machine's ``run_dir`` what ``tasks`` wrote there on hosts
+    that do not see it (``RunDir.written_by``; ``chief``: the name of the run's chief task),
+    through ipyparallel. Engines that do not answer within ``timeout`` seconds in all (lost,
+    or blocked in a collective) are left out. Returns the number of files copied (those
+    that differ from this machine's copy)."""
+    import time
+
+    from workbench.engine import rundir
+    from workbench.store import RunDir
+
+    end = time.monotonic() + timeout
+    pending = []
+    for t in tasks:  # each file is sent only if it differs from this machine's copy (checkpoints sent live do not)
+        parts = RunDir(run_dir).written_by(t.name, t.name == chief)
+        pending.append(client[t.engine_id].apply_async(rundir.read_files, run_dir, parts,
+                                                       rundir.digests(run_dir, parts)))
+    copied = 0
+    for ar in pending:
+        try:
+            files = ar.get(timeout=max(0.1, end - time.monotonic()))
+        except Exception:  # noqa: BLE001 - that engine's files stay on its host
+            continue
+        copied += rundir.write_files(run_dir, files)
+    return copied
+

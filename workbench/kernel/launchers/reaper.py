@@ -7,7 +7,7 @@ the owner dies first, it cleans up from the record and exits. ``spawn`` starts o
 ``watch`` is its loop. Two use it: local clusters (this module's ``main``: the record
 lists the cluster's PIDs) and ``wb.testbed`` (the record is the bed's state).
 
-    python -m workbench.kernel.reaper OWNER_PID PIDFILE
+    python -m workbench.kernel.launchers.reaper OWNER_PID PIDFILE
 
 ends every PID listed in PIDFILE, with their descendants (SIGTERM, then SIGKILL after 5 s),
 when OWNER_PID is gone.
@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Callable
 
-from workbench.kernel.processes import alive, family, reap, remove_engine_tmpdirs
+from workbench.kernel.engines.processes import alive, family, reap, remove_engine_tmpdirs
 
 
 def spawn(module: str, *args: str) -> subprocess.Popen:
@@ -69,7 +69,7 @@ def end_listed(pidfile: str, owner: int | None = None) -> None:
             pass
     remove_engine_tmpdirs(pids_path.stem)
     if owner is not None:
-        from workbench.kernel import zygote
+        from workbench.kernel.launchers import zygote
 
         zygote.remove_leftovers(owner)
 

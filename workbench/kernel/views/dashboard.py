@@ -14,7 +14,10 @@ from typing import Any
 import numpy as np
 
 from workbench.common import figures
-from workbench.kernel import fault_controls, links, livestats, render
+from workbench.kernel.views import fault_controls
+from workbench.kernel.testbed import links
+from workbench.kernel.views import livestats
+from workbench.kernel.views import render
 from workbench.store import RunDir
 
 MIME_WIDGET = "application/vnd.jupyter.widget-view+json"

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from workbench.errors import TestbedError, invalid
-from workbench.kernel import reaper
-from workbench.kernel.commands import ip as _ip, run as _run, tail as _tail
+from workbench.kernel.launchers import reaper
+from workbench.kernel.testbed.commands import ip as _ip, run as _run, tail as _tail
 
 _PACKAGES = {"/usr/sbin/tc": "iproute2", "/usr/sbin/sshd": "openssh-server", "/usr/lib/openssh/sftp-server": "openssh-server",
              "/usr/bin/ssh": "openssh-client", "/usr/bin/ssh-keygen": "openssh-client",
@@ -66,7 +66,7 @@ class Testbed:
             raise invalid("private", private, "a list of absolute directory paths other than /, "
                           "e.g. private=['/root/.workbench']")
         self.private = [os.path.normpath(os.fspath(p)) for p in private]
-        from workbench.kernel import links
+        from workbench.kernel.testbed import links
 
         rates = links.parse_links(link, names)
         _require_tools()
@@ -86,7 +86,7 @@ class Testbed:
         started = time.monotonic()
         try:
             self._save()
-            self._reaper = reaper.spawn("workbench.kernel.testbed", "reap", str(os.getpid()), self._statefile)
+            self._reaper = reaper.spawn("workbench.kernel.testbed.bed", "reap", str(os.getpid()), self._statefile)
             self._make_network()
             self._make_keys()
             self._start_sshds()
@@ -127,7 +127,7 @@ class Testbed:
         """Run a shell ``command`` on ``host`` over SSH; returns the CompletedProcess."""
         return subprocess.run(["ssh", *self.ssh_args, host, command], capture_output=True, text=True, timeout=timeout)
 
-    # -- links and faults (workbench.kernel.links) ---------------------------------------
+    # -- links and faults (workbench.kernel.testbed.links) ---------------------------------------
     @property
     def is_open(self) -> bool:
         return self._state is not None
@@ -149,7 +149,7 @@ class Testbed:
         self._set_link(host, rate)
 
     def _set_link(self, host, rate, _record=True):
-        from workbench.kernel import links
+        from workbench.kernel.testbed import links
 
         self._host(host)
         bits = rate if isinstance(rate, int) and not isinstance(rate, bool) else links.parse_rate(rate, "rate")
@@ -160,14 +160,14 @@ class Testbed:
 
     def link_down(self, host: str) -> None:
         """Cut ``host`` off the network (both ends of its link down) until ``link_up``."""
-        from workbench.kernel import links
+        from workbench.kernel.testbed import links
 
         self._host(host)
         links.set_state(self.veth(host), self._state["netns"][host], up=False)
         links.record_fault(self, "link_down", host)
 
     def link_up(self, host: str) -> None:
-        from workbench.kernel import links
+        from workbench.kernel.testbed import links
 
         self._host(host)
         links.set_state(self.veth(host), self._state["netns"][host], up=True)
@@ -180,7 +180,7 @@ class Testbed:
         engines' PIDs (as this machine numbers them, and as the engines report them: for
         engines forked by the host's zygote, their launchers' stand-ins), not their
         nannies'. The host's zygote lives on."""
-        from workbench.kernel import links
+        from workbench.kernel.testbed import links
 
         self._host(host)
         found = {p: _is_engine(p) for p in _netns_pids(self._state["netns"][host])}
@@ -328,14 +328,14 @@ class Testbed:
                 time.sleep(0.1)
 
 
-    # -- MPI and Slurm across the hosts (workbench.kernel.slurm_bed) ---------------------
+    # -- MPI and Slurm across the hosts (workbench.kernel.testbed.slurm) ---------------------
     def mpi_cluster(self, engines_per_host: int | dict[str, int] = 1, **options: Any) -> dict[str, Any]:
         """Keyword arguments for ``wb.Cluster``: engines as the ranks of one ``mpiexec`` job
         on every host (its daemons started over the bed's SSH), the controller listening on
         the bridge address the hosts reach."""
         from traitlets.config import Config
 
-        from workbench.kernel import slurm_bed
+        from workbench.kernel.testbed import slurm as slurm_bed
 
         per_host = engines_per_host if isinstance(engines_per_host, dict) else dict.fromkeys(self.hosts, engines_per_host)
         config = options.pop("config", None) or Config()
@@ -346,18 +346,18 @@ class Testbed:
     def slurm_cluster(self, engines_per_host: int = 1, **options: Any) -> dict[str, Any]:
         """Keyword arguments for ``wb.Cluster``: engines as the tasks of one ``sbatch`` job,
         ``engines_per_host`` on each of the bed's Slurm nodes (needs ``slurm=True``)."""
-        from workbench.kernel import slurm_bed
+        from workbench.kernel.testbed import slurm as slurm_bed
 
         return slurm_bed.cluster_options(self, engines_per_host, options)
 
     def squeue(self) -> list[str]:
         """The bed's Slurm jobs, one ``"JOBID STATE NAME"`` line each."""
-        from workbench.kernel import slurm_bed
+        from workbench.kernel.testbed import slurm as slurm_bed
 
         return slurm_bed.squeue(self)
 
     def _start_slurm(self, timeout):
-        from workbench.kernel import slurm_bed
+        from workbench.kernel.testbed import slurm as slurm_bed
 
         self.slurm_conf = slurm_bed.start(self, timeout, self._slurm_procs)
 
@@ -365,7 +365,7 @@ class Testbed:
 def teardown(state: dict[str, Any]) -> None:
     """Undo a bed from its state record: SSH masters, daemons by PID, every process left in
     its namespaces, the namespaces (with their veths), the bridge, the files."""
-    from workbench.kernel.processes import alive, reap
+    from workbench.kernel.engines.processes import alive, reap
 
     for name in state.get("hosts", []):
         subprocess.run(["ssh", "-F", state["ssh_config"], "-O", "exit", name], capture_output=True, timeout=10)
@@ -448,8 +448,8 @@ def _free_subnet():
 
 
 def _reap(owner, statefile):
-    """``python -m workbench.kernel.testbed reap OWNER STATEFILE``: when OWNER dies with
-    its bed still up, tear the bed down (a ``workbench.kernel.reaper``). Exits when the
+    """``python -m workbench.kernel.testbed.bed reap OWNER STATEFILE``: when OWNER dies with
+    its bed still up, tear the bed down (a ``workbench.kernel.launchers.reaper``). Exits when the
     state file disappears."""
     return reaper.watch(owner, statefile, _teardown_recorded)
 
@@ -466,4 +466,4 @@ def _teardown_recorded(statefile):
 if __name__ == "__main__":
     if sys.argv[1:2] == ["reap"]:
         sys.exit(_reap(int(sys.argv[2]), sys.argv[3]))
-    sys.exit("usage: python -m workbench.kernel.testbed reap OWNER_PID STATEFILE")
+    sys.exit("usage: python -m workbench.kernel.testbed.bed reap OWNER_PID STATEFILE")

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.store import RunDir
-from workbench.kernel import live
-from workbench.kernel.run import Run
+from workbench.kernel.engines import live
+from workbench.kernel.runs.handle import Run
 
 
 def find(run_dir: str | Path) -> Run | None:

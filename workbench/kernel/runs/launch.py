@@ -12,9 +12,9 @@ import cloudpickle
 from workbench.common import strategies
 from workbench.engine import entry
 from workbench.errors import EngineError
-from workbench.kernel import remote
-from workbench.kernel.pool import EnginesGone
-from workbench.kernel.run import Run
+from workbench.kernel.runs import files
+from workbench.kernel.engines.pool import EnginesGone
+from workbench.kernel.runs.handle import Run
 from workbench.store import RunDir, RunRecord
 
 
@@ -59,7 +59,7 @@ def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = Non
     payload = cloudpickle.dumps(job)
     run_dir.write_job(payload)
     if unshared and resume:  # their engines restore the checkpoint from their own disk
-        remote.push_run_files(cluster.client, [t for t in tasks if t.host in unshared], str(run_dir.path),
+        files.push_run_files(cluster.client, [t for t in tasks if t.host in unshared], str(run_dir.path),
                               start_timeout)
     cluster.pool.mark(tasks)
     results = {}

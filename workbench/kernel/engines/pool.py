@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 from workbench.common import roles
 from workbench.engine import inventory
 from workbench.errors import ClusterError
-from workbench.kernel.processes import alive, reap, wait_until
+from workbench.kernel.engines.processes import alive, reap, wait_until
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -301,7 +301,7 @@ class EnginePool:
                if not self.state(e).usable or e not in self.client.ids
                or (self._is_local(info) and not alive(info.pid))]
         if reachable_only:
-            from workbench.kernel.remote import answer
+            from workbench.kernel.engines.health import answer
 
             bad = [e for e in bad if e in self.client.ids or self._is_local(self._info[e])
                    or answer(f"{self._info[e].address}:{self._info[e].port}", timeout=1.0) != "silent"]
