@@ -74,10 +74,10 @@ def one(n, steps):
         t0 = time.time()
         run = cluster.train(model, data, **kw)
         out["first_step_s"] = first_step(run, t0)
-        cpu0, watch0, w0 = time.process_time(), thread_cpu(run._thread), time.monotonic()
-        rows0 = len(run._rows)
+        cpu0, watch0, w0 = time.process_time(), thread_cpu(run.watcher.thread), time.monotonic()
+        rows0 = run.log.rows
         while not run.done:  # the watcher's own thread ends with the run: read it while alive
-            watch1, w1, cpu1, rows1 = thread_cpu(run._thread), time.monotonic(), time.process_time(), len(run._rows)
+            watch1, w1, cpu1, rows1 = thread_cpu(run.watcher.thread), time.monotonic(), time.process_time(), run.log.rows
             time.sleep(0.2)
         run.wait()
         rows = rows1 - rows0

@@ -100,6 +100,10 @@ class FakeResult:
     def get(self):
         return {"rows": [], "events": [], "final_step": 0, "stopped": True}
 
+    def finish(self):
+        """The simulated task returns (stopped): the watcher collects it."""
+        self._done.set()
+
 
 class FakePool:
     """What a ``Run`` asks of its cluster's engine pool: every simulated engine is alive."""
@@ -164,7 +168,7 @@ def _simulate(run_dir, workers, seconds, rate, old_window, dashboard, seed):
     import statistics
 
     run = make_run(workers, run_dir)
-    results = run._results
+    results = run.results
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_engines, args=(child, workers, rate, seconds, old_window, seed), daemon=True)
@@ -184,7 +188,7 @@ def _simulate(run_dir, workers, seconds, rate, old_window, dashboard, seed):
     dash = run.dashboard(interval=0.25) if dashboard else None
     proc.start()
     io.start()
-    threads = {"watcher": run._thread, "client IO": io}
+    threads = {"watcher": run.watcher.thread, "client IO": io}
     if dash is not None:
         threads["dashboard"] = dash._thread
     skip = 2.0 if seconds > 4 else 0.5  # warm-up: the generator process starting
@@ -197,18 +201,18 @@ def _simulate(run_dir, workers, seconds, rate, old_window, dashboard, seed):
     cpu = {k: ((received["cpu"] if t is io else thread_cpu(t)) - cpu0[k]) / span for k, t in threads.items()}
     offered = parent.recv()
     proc.join(10)
-    merged = len(run._rows)
+    merged = run.log.rows
     lat = dash.latencies[lat0:] if dash else []
     t = time.perf_counter()
     h = run.history
     history_s = time.perf_counter() - t
-    run._merge({"events": [placement_event()]})
+    run.log.merge({"events": [placement_event()]})
     t = time.perf_counter()
     placement = run.placement
     placement_s = time.perf_counter() - t
     for r in results.values():
-        r._done.set()
-    run._done.wait(30)
+        r.finish()
+    run.join(30)
     if dash is not None:
         dash._thread.join(10)
     return {

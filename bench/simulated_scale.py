@@ -92,7 +92,7 @@ def window_cost(workers=(64, 256, 1024), repeats=20):
     run_dir = tempfile.mkdtemp(prefix="wb-sim-")
     run = simulated.make_run(1, run_dir)
     try:
-        run._merge({"packed": metrics.pack(rows), "n": len(rows)}, "worker:0")
+        run.log.merge({"packed": metrics.pack(rows), "n": len(rows)}, "worker:0")
         for label, size in (("old", 2048), ("new", 100)):
             # the old window in the old form (dict rows), the new packed (engine/metrics.py)
             window = {"rows": rows[-size:]} if label == "old" else {"packed": metrics.pack(rows[-size:])}
@@ -103,14 +103,14 @@ def window_cost(workers=(64, 256, 1024), repeats=20):
             unpickle = (time.thread_time() - t) / repeats
             t = time.thread_time()
             for _ in range(repeats):  # a poll that finds no new row
-                run._merge(data, None if label == "old" else "worker:0")
+                run.log.merge(data, None if label == "old" else "worker:0")
             merge = (time.thread_time() - t) / repeats
             out[label] = {"rows": size, "unpickle_ms": unpickle * 1000, "merge_ms": merge * 1000,
                           "projected_core": {n: n * (5 * unpickle + 20 * merge) for n in workers}}
     finally:
-        for r in run._results.values():
-            r._done.set()
-        run._done.wait(30)  # its watcher writes the run's result file last
+        for r in run.results.values():
+            r.finish()
+        run.join(30)  # its watcher writes the run's result file last
         shutil.rmtree(run_dir, ignore_errors=True)
     return out
 

@@ -24,7 +24,7 @@ def test_start_reports_engines_and_stop_leaves_no_process():
         assert set(table.columns) >= {"host", "address", "pid", "tf_port", "gpus", "cuda_visible_devices"}
         assert (table.address == "127.0.0.1").all()
         assert table.tf_port.nunique() == 2
-        pids = list(table.pid) + [c._ipp.controller.pid]
+        pids = list(table.pid) + [c.launched.ipp.controller.pid]
         assert all(_alive(p) for p in pids)
         pids = _family(pids)  # engine nannies and controller schedulers too
         assert "tf_state" in repr(c) and "<table" in c._repr_html_()
@@ -37,7 +37,7 @@ def test_start_reports_engines_and_stop_leaves_no_process():
         # on the engine can still import
         assert [e[3] for e in env] == [(False, False, True)] * 2
         # the workbench's own profile, not the user's IPython directory
-        assert c._ipp.profile_dir.startswith(os.environ["WORKBENCH_HOME"])
+        assert c.launched.ipp.profile_dir.startswith(os.environ["WORKBENCH_HOME"])
     assert not c.running
     assert [p for p in pids if _alive(p)] == []
 
@@ -155,7 +155,7 @@ def test_a_cluster_stops_when_the_interpreter_exits(tmp_path):
     import subprocess
 
     code = ("import os, workbench as wb; c = wb.Cluster(engines=1).start(); "
-            "print(*c.engines.pid, c._ipp.controller.pid)")
+            "print(*c.engines.pid, c.launched.ipp.controller.pid)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, WORKBENCH_HOME=str(tmp_path)))
     assert out.returncode == 0, out.stderr[-2000:]
@@ -170,7 +170,7 @@ def test_a_killed_kernel_leaves_nothing_running(tmp_path):
     import subprocess
 
     code = ("import os, sys, workbench as wb; c = wb.Cluster(engines=2).start(); "
-            "print(*c.engines.pid, c._ipp.controller.pid, c._reaper.pid, c.cluster_tag, c.started_by_zygote, flush=True); "
+            "print(*c.engines.pid, c.launched.ipp.controller.pid, c.launched.reaper_process.pid, c.cluster_tag, c.started_by_zygote, flush=True); "
             "sys.stdin.readline(); os.kill(os.getpid(), 9)")
     owner = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True, env=dict(os.environ, WORKBENCH_HOME=str(tmp_path)))

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from workbench.kernel.runs.recovery import crashed_in_profiler, log_tail
+from workbench.kernel.engines.health import crashed_in_profiler, log_tail
 
 # what a worker engine's log held after TF 2.21's profiler crashed it as a trace stopped
 # (faulthandler's report, as Cluster.engine_output returns it; other threads' stacks cut)

@@ -6,6 +6,8 @@ naming it, and ``resume()`` continues from the last checkpoint to the exact step
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import psutil
@@ -135,6 +137,14 @@ def test_a_lost_task_fails_fast_naming_it_and_resume_completes_exactly(cluster, 
     assert reached - saved <= EVERY, "at most one checkpoint interval is lost"
     resumed = run.resume().wait(timeout=300)
     assert resumed.final_step == STEPS
+    # one id names the run, each attempt its own number: the resumed run loads by its id,
+    # here (its live handle) and in another kernel (from its run directory)
+    assert resumed.id == run.id and (run.attempt, resumed.attempt) == (0, 1)
+    assert wb.load(resumed.id) is resumed
+    other = subprocess.run([sys.executable, "-c", "import sys, workbench as wb; r = wb.load(sys.argv[1]); "
+                            "print(r.id, r.status, r.attempt, r.final_step)", resumed.id],
+                           capture_output=True, text=True, timeout=120)
+    assert other.stdout.split() == [run.id, "finished", "1", str(STEPS)], other.stderr[-2000:]
     h = resumed.history
     if strategy == "parameter_server":
         assert sorted(h.step) == list(range(saved + 1, STEPS + 1))

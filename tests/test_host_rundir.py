@@ -198,10 +198,10 @@ def test_a_run_another_kernel_picks_up_keeps_its_copy_current_and_forwards_the_c
             wait_for(lambda: copied_step(store) > copied + 100 and (store.checkpoint_step() or 0) > copied, 120,
                      lambda: f"this kernel's copy going past step {copied}: {copied_step(store)}, "
                              f"checkpoint {store.checkpoint_step()}")
-            assert not run.done, run._error
+            assert not run.done, run.failure
             out = subprocess.run([sys.executable, "-m", "workbench", "stop", run_id], capture_output=True, text=True,
                                  timeout=120)
-            assert out.returncode == 0, (out.stderr[-3000:], run._error)
+            assert out.returncode == 0, (out.stderr[-3000:], run.failure)
             assert run.join(30) and run.stopped and run.error is None, run
             assert store.checkpoint_step() == run.final_step
             assert attached.attached

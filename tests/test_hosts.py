@@ -45,9 +45,9 @@ def test_engines_report_their_host_and_the_address_of_their_connection(cluster, 
 def test_remote_pids_are_never_killed_or_reaped_locally(cluster):
     """SSH engines' PIDs belong to their hosts: only the controller and the ssh processes
     that keep each host's zygote are in the kill list and the reaper's pidfile."""
-    ours = {cluster._ipp.controller.pid, *(p.pid for p in cluster._remote_zygotes)}
-    assert len(ours) == 3 and cluster._pids == ours
-    assert sorted(map(int, cluster._pidfile.read_text().split())) == sorted(ours)
+    ours = {cluster.launched.ipp.controller.pid, *(p.pid for p in cluster.launched.remote_zygotes)}
+    assert len(ours) == 3 and cluster.launched.pids == ours
+    assert sorted(map(int, cluster.launched.pidfile.read_text().split())) == sorted(ours)
     assert not any(cluster._is_local(e) for e in cluster.engine_info.values())
 
 
@@ -63,7 +63,7 @@ def test_engines_fork_from_one_zygote_on_their_own_host(cluster, bed):
     """Each host imports TensorFlow once, in a zygote kept by an ssh process here; its
     engines are its children, and each reports the PID its launcher knows (the process that
     stands in for it), which it lives and dies with."""
-    assert all(p.poll() is None for p in cluster._remote_zygotes)
+    assert all(p.poll() is None for p in cluster.launched.remote_zygotes)
     path = _zygote_path(cluster)
     for eid, info in cluster.engine_info.items():
         host, pid, parent, stand_in = cluster.client[eid].apply_sync(_engine_process)
@@ -77,7 +77,7 @@ def test_stop_ends_each_hosts_zygote_and_leaves_none_of_its_files(bed):
 
     c = bed_cluster(bed, {"h1": 1})
     try:
-        keepers, path = list(c._remote_zygotes), _zygote_path(c).format(host="h1")
+        keepers, path = list(c.launched.remote_zygotes), _zygote_path(c).format(host="h1")
         zygote = int(bed.ssh("h1", f"cat {path}.pid").stdout)
     finally:
         c.stop()
@@ -88,7 +88,7 @@ def test_stop_ends_each_hosts_zygote_and_leaves_none_of_its_files(bed):
 
 def _zygote_path(cluster):
     """The socket path of ``cluster``'s zygotes, ``{host}`` for the host, from its ssh command."""
-    command = cluster._remote_zygotes[0].args
+    command = cluster.launched.remote_zygotes[0].args
     return command[command.index("workbench.engine.zygote") + 1]
 
 

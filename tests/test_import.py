@@ -186,6 +186,52 @@ def test_kernel_modules_import_one_another_without_a_circle():
     assert circle is None, f"import circle in workbench/kernel: {' -> '.join(circle)}"
 
 
+# The rooms, lowest first: a room imports the rooms below it, never one above, so each reads
+# without those above it. The facade (cluster.py, magics.py) may import every room.
+ROOM_MAY_IMPORT = {
+    "engines": set(),  # the pool of engines, their processes and health
+    "launchers": {"engines"},  # the processes a cluster starts: local, MPI/Slurm, SSH, zygote, reaper
+    "runs": {"engines", "launchers"},  # a run: its job, launch, handle, log, watcher, recovery, records
+    "views": {"runs"},  # what draws runs: dashboard, live stats, static renderings, compare
+    "testbed": {"engines", "launchers", "runs"},  # emulated hosts, links, Slurm: watches runs on its hosts
+    "top": {"engines", "launchers", "runs", "views", "testbed"},
+}
+# The one arrow up, each place named: a run draws itself (``Run.dashboard()``, a recorded
+# run's static rendering), imported inside those methods only.
+SANCTIONED_UP = {("runs.handle", "views.dashboard"), ("runs.recorded", "views.render")}
+
+
+def room(module):
+    return module.split(".")[0] if "." in module else "top"
+
+
+def test_each_room_of_the_kernel_imports_only_the_rooms_below_it():
+    wrong = []
+    for i in imports():
+        pieces = i.name.split(".")
+        if i.part != "kernel" or pieces[:2] != ["workbench", "kernel"] or len(pieces) < 3:
+            continue
+        source, target = i.module.split(".", 2)[-1], ".".join(pieces[2:])
+        if target not in KERNEL_MODULES:
+            continue  # a room's package itself
+        if room(target) == room(source) or room(target) in ROOM_MAY_IMPORT[room(source)]:
+            continue
+        if (source, target) in SANCTIONED_UP and not i.top:
+            continue
+        wrong.append(f"{i.where}: {room(source)} imports {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_each_room_holds_at_most_ten_modules_and_no_module_is_over_450_lines():
+    rooms = {}
+    for m in KERNEL_MODULES:
+        rooms.setdefault(room(m), []).append(m)
+    assert all(len(ms) <= 11 for ms in rooms.values()), rooms
+    long = [f"{p.relative_to(ROOT.parent)}: {n}" for p in ROOT.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 450]
+    assert not long, long
+
+
 @pytest.mark.parametrize("module", KERNEL_MODULES)
 def test_each_kernel_module_imports_first_in_a_fresh_interpreter(module):
     fresh(f"import workbench.kernel.{module}")

@@ -21,7 +21,7 @@ ARGS = dict(global_batch_size=64, steps=50, checkpoint_every=0)
 
 
 def mpiexec_pids(cluster):
-    return {s.pid for s in cluster._ipp.engines.values()}
+    return {s.pid for s in cluster.launched.ipp.engines.values()}
 
 
 def train_both(cluster, hosts):
@@ -135,9 +135,9 @@ def test_slurm_across_two_hosts_trains_both_strategies_and_stop_cancels_the_job(
         table = cluster.engines
         assert sorted(table.host) == ["h1", "h1", "h2", "h2"]
         assert all(row.address == bed.hosts[row.host] for row in table.itertuples())
-        assert not cluster._pids - {cluster._ipp.controller.pid}  # node PIDs are never killed from here
-        batch = next(iter(cluster._ipp.engines.values())).batch_file  # in the profile, not the working directory
-        assert batch.startswith(cluster._ipp.profile_dir) and os.path.exists(batch)
+        assert not cluster.launched.pids - {cluster.launched.ipp.controller.pid}  # node PIDs are never killed from here
+        batch = next(iter(cluster.launched.ipp.engines.values())).batch_file  # in the profile, not the working directory
+        assert batch.startswith(cluster.launched.ipp.profile_dir) and os.path.exists(batch)
         train_both(cluster, ["h1", "h2"])
     finally:
         t = time.monotonic()
@@ -158,8 +158,8 @@ def test_curve_encrypted_cluster_across_hosts_trains(bed, monkeypatch):
     try:
         info = cluster.client._config
         assert info.get("curve_serverkey"), f"no CurveZMQ key in the client's connection info: {sorted(info)}"
-        security = cluster._ipp.profile_dir + "/security"
-        engine_file = json.load(open(os.path.join(security, f"ipcontroller-{cluster._ipp.cluster_id}-engine.json")))
+        security = cluster.launched.ipp.profile_dir + "/security"
+        engine_file = json.load(open(os.path.join(security, f"ipcontroller-{cluster.launched.ipp.cluster_id}-engine.json")))
         assert engine_file["curve_serverkey"] == info["curve_serverkey"]
         assert sorted(cluster.engines.host) == ["h1", "h2"]
         run = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, **ARGS).wait(timeout=120)

@@ -9,7 +9,7 @@ import pytest
 
 import workbench as wb
 from workbench.kernel.testbed import links
-from workbench.kernel.testbed import bed as tb
+from workbench.kernel.testbed import teardown
 
 pytestmark = pytest.mark.hosts
 
@@ -208,7 +208,7 @@ def test_faults_injected_on_a_bed_are_events_of_its_runs(bed):
     try:
         from checks import wait_for
 
-        wait_for(lambda: engine.pid in tb._netns_pids(bed.netns("h2")), 10, lambda: tb._netns_pids(bed.netns("h2")))
+        wait_for(lambda: engine.pid in teardown.netns_pids(bed.netns("h2")), 10, lambda: teardown.netns_pids(bed.netns("h2")))
         bed.set_link("h3", "1gbit")
         bed.link_down("h3")
         bed.link_up("h3")

@@ -144,8 +144,8 @@ def test_two_tasks_events_of_the_same_kind_at_the_same_microsecond_are_both_kept
     placement = [{"kind": "placement", "time": t, "variables": [],
                   "tasks": [{"role": "worker", "task": i, "engine": i, "host": f"h{i + 1}", "pid": 100 + i}]}
                  for i in range(2)]
-    run._merge({"events": placement[:1]}, "worker:0")
-    run._merge({"events": placement[1:]}, "worker:1")
-    run._merge({"events": placement}, None)  # the same events again, from the files
+    run.log.merge({"events": placement[:1]}, "worker:0")
+    run.log.merge({"events": placement[1:]}, "worker:1")
+    run.log.merge({"events": placement}, None)  # the same events again, from the files
     tasks = run.placement[run.placement.variable.isna()]
     assert sorted(tasks.host) == ["h1", "h2"] and len(tasks) == 2

@@ -28,9 +28,9 @@ def runs(tmp_path):
 
     yield make
     for run in made:
-        for r in run._results.values():
-            r._done.set()
-        assert run._done.wait(30), "the simulated run's watcher did not end"
+        for r in run.results.values():
+            r.finish()
+        assert run.join(30), "the simulated run's watcher did not end"
 
 
 class Engines:
@@ -51,7 +51,7 @@ class Engines:
                     r["examples_per_s"] /= 4
                 self.rows[n].append(r)
             window = simulated.window(self.rows[n], self.marks[n])
-            self.run._merge({"packed": metrics.pack(window), "events": [], "n": len(self.rows[n])}, n)  # the watcher's poll
+            self.run.log.merge({"packed": metrics.pack(window), "events": [], "n": len(self.rows[n])}, n)  # the watcher's poll
 
 
 def test_many_workers_draw_a_median_band_and_name_the_slowest(runs):
@@ -91,10 +91,10 @@ def test_each_row_is_merged_once_from_overlapping_windows(runs):
     assert len(engines.rows["worker:0"]) == 180
     assert len(simulated.window(engines.rows["worker:0"], list(engines.marks["worker:0"]))) \
         <= 3 * metrics.WINDOW_FLUSHES
-    log = run._stream()["log"]
+    log, _ = run.rows_since(0)
     assert len(log) == 2 * 180 and len({(r["worker"], r["step"]) for r in log}) == 360
     # a replacement engine counts its rows from 0 again: its rows are taken, not skipped
-    run._merge({"packed": metrics.pack([simulated.row("worker:0", 181, engines.rng)]), "n": 1}, "worker:0")
+    run.log.merge({"packed": metrics.pack([simulated.row("worker:0", 181, engines.rng)]), "n": 1}, "worker:0")
     assert run.step == 181 and len(run.history) == 361
 
 
@@ -105,7 +105,7 @@ def _kernel_cpu(runs, workers, steps=40, redraw_every=2):
     run = runs(workers)
     dash = run.dashboard(interval=3600)
     engines = Engines(run, workers)
-    merge, engines.run = run._merge, None
+    merge, engines.run = run.log.merge, None
     publishes = []
     for n in engines.names:  # the publishes the engines would send, made outside the timing
         for k in range(steps):
@@ -119,7 +119,7 @@ def _kernel_cpu(runs, workers, steps=40, redraw_every=2):
         if (i + 1) % (workers * redraw_every) == 0:
             dash._redraw()
     run.history
-    run._merge({"events": [simulated.placement_event(variables=400)]})
+    run.log.merge({"events": [simulated.placement_event(variables=400)]})
     dash._redraw()
     return time.thread_time() - start
 

@@ -29,7 +29,7 @@ def cluster():
 
 
 def cluster_processes(c):
-    return family({c._ipp.controller.pid} | {i.pid for i in c.engine_info.values()})
+    return family({c.launched.ipp.controller.pid} | {i.pid for i in c.engine_info.values()})
 
 
 def listening(pids):
@@ -99,14 +99,14 @@ def test_the_cluster_listens_on_loopback_except_tensorflows_own_servers(cluster)
     open_ = {(ip, port) for _, ip, port in sockets if not ip.startswith("127.")}
     assert {port for _, port in open_} <= tf_ports, open_
     assert all(ip in ("0.0.0.0", "::") for ip, _ in open_), open_
-    controller = {(ip, port) for pid, ip, port in sockets if pid == cluster._ipp.controller.pid}
+    controller = {(ip, port) for pid, ip, port in sockets if pid == cluster.launched.ipp.controller.pid}
     assert controller and all(ip == "127.0.0.1" for ip, _ in controller), controller
 
 
 def test_connection_files_are_private_to_their_owner(cluster):
     """The files holding the controller's addresses and HMAC key (ipyparallel writes them
     0600 when it creates them; its cluster-*.json state file holds no key)."""
-    security = os.path.join(cluster._ipp.profile_dir, "security")
+    security = os.path.join(cluster.launched.ipp.profile_dir, "security")
     files = [f for f in os.listdir(security) if f.startswith("ipcontroller-") and f.endswith(".json")]
     assert len(files) == 2, os.listdir(security)  # the client's and the engines' connection files
     for f in files:
@@ -121,8 +121,8 @@ def test_runs_work_with_ipyparallels_curve_encryption(monkeypatch):
 
     monkeypatch.setenv("IPP_ENABLE_CURVE", "1")
     with wb.Cluster(engines=3) as c:
-        security = os.path.join(c._ipp.profile_dir, "security")
-        client_file = f"ipcontroller-{c._ipp.cluster_id}-client.json"  # not the module fixture's
+        security = os.path.join(c.launched.ipp.profile_dir, "security")
+        client_file = f"ipcontroller-{c.launched.ipp.cluster_id}-client.json"  # not the module fixture's
         with open(os.path.join(security, client_file)) as f:
             assert json.load(f).get("curve_serverkey"), "the controller did not enable CurveZMQ"
         for topology in (dict(strategy="multi_worker_mirrored", workers=2),

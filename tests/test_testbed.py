@@ -109,7 +109,7 @@ def test_the_reaper_leaves_a_bed_alone_while_its_owner_lives(tmp_path):
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"bridge": "wbnone", "netns": {}, "dir": str(tmp_path / "x"), "ssh_config": "/dev/null",
                                  "hosts": []}))
-    reaper = subprocess.Popen([sys.executable, "-m", "workbench.kernel.testbed.bed", "reap", str(os.getpid()), str(state)])
+    reaper = subprocess.Popen([sys.executable, "-m", "workbench.kernel.testbed.teardown", "reap", str(os.getpid()), str(state)])
     try:
         time.sleep(1.0)  # a stretch of the owner's life: the reaper must do nothing in it
         assert reaper.poll() is None and state.exists()

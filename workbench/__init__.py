@@ -35,6 +35,8 @@ _HOMES = {
     "ProfilerCrashed": "workbench.errors",
     "RunStalled": "workbench.errors",
     "RunStopped": "workbench.errors",
+    "RunTimeout": "workbench.errors",
+    "RunStateError": "workbench.errors",
     "TestbedError": "workbench.errors",
 }
 

@@ -61,6 +61,15 @@ class RunStopped(WorkbenchError):
     """The run was stopped by the user before it finished."""
 
 
+class RunTimeout(WorkbenchError, TimeoutError):
+    """A call on a run (``wait(timeout=...)``, ``profile()``) gave up waiting: the run goes on."""
+
+
+class RunStateError(WorkbenchError, RuntimeError):
+    """A call a run cannot take in its state: ``profile()`` of an ended run, ``resume()``
+    of one still running."""
+
+
 def invalid(name: str, received: Any, expected: str, hint: str = "") -> ConfigError:
     """Return a ConfigError in the house shape.
 

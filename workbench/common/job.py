@@ -29,6 +29,8 @@ class Job:
     devices: int = 0  # mirrored: split the CPU into this many logical devices (0: as found)
     average_every: int = 1  # parameter_averaging: average the replicas every this many steps
     resume: bool = False
+    attempt: int = 0  # 0: the run's first launch; each resume adds one (the run id stays)
+    launch: str = ""  # new for every launch (kernel/runs/launch.py): names what its engines build together
     tasks: list = field(default_factory=list)  # roles.Task of every engine in the run
     metrics: tuple = ()  # Keras metric names and FromConfig of Keras metric objects
     eval_data: object = None  # None (data's test split) | Data | callable dataset_fn(input_context)

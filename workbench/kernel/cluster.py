@@ -1,7 +1,6 @@
 """``wb.Cluster``: a local ipyparallel cluster by default, or a real one through a launcher
 or an existing profile; engines that report what they are; TF state tracked per engine."""
 
-import atexit
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -9,41 +8,18 @@ from typing import Any
 from workbench.common import roles, strategies
 from workbench.common import validate
 from workbench.datasets import Data
-from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError, invalid
+from workbench.errors import ClusterError, invalid
 from workbench.kernel.engines import live
 from workbench.kernel.engines.pool import EnginePool
-from workbench.kernel.engines.processes import alive, family, reap, remove_engine_tmpdirs, sweep_engine_tmpdirs
-from workbench.kernel.launchers import batch, home, reaper, ssh, zygote
+from workbench.kernel.engines.processes import sweep_engine_tmpdirs
+from workbench.kernel.launchers import ssh
+from workbench.kernel.launchers import launched
+from workbench.kernel.launchers.launched import Launched
 from workbench.kernel.runs import job as training
-from workbench.kernel.runs import recorded, recovery
+from workbench.kernel.runs import recorded
 from workbench.kernel.runs.handle import Run
 from workbench.kernel.runs.launch import launch as start_run
 from workbench.store import ClusterRecord, Home
-
-
-def _stop_all() -> None:
-    """At interpreter exit: stop every cluster this process started, quietly. Runs still
-    training end as stopped by the cluster (their run directories say so)."""
-    clusters = live.clusters()
-    for cluster in clusters:
-        try:
-            cluster.stop()
-        except Exception:  # exit goes on: the reaper ends what is left
-            pass
-    for cluster in clusters:
-        for run in cluster.runs:
-            run.join(5)  # the watcher records the run's end before the interpreter tears down
-
-
-def _stop_all_at_exit() -> None:
-    """Register ``_stop_all`` (again) now that ipyparallel and pyzmq are imported: atexit
-    runs handlers last-registered first, so it runs before pyzmq's garbage collector stops
-    (after which freeing a zero-copy message prints ``RuntimeError: zmq gc socket requested
-    during shutdown``, once per message) and while every socket still works."""
-    import zmq.utils.garbage  # noqa: F401  (registers pyzmq's own handler first)
-
-    atexit.unregister(_stop_all)
-    atexit.register(_stop_all)
 
 
 class Cluster:
@@ -93,17 +69,14 @@ class Cluster:
         self.hosts = dict(hosts) if hosts is not None else None
         self.ipp_options = ipp_options
         self.client = None
-        self._ipp = None
+        # the processes this object starts (None when attached): controller, engines, zygote
+        self.launched = None if self.attached else Launched(engines, launcher, controller, self.hosts,
+                                                             ipp_options, self.timeout)
         # the engines and their TF state; their processes stay this object's (``_restart``)
         self.pool = EnginePool(self.timeout, is_local=self._is_local, restart=self._restart,
                                on_change=self._write_record, tag=lambda: self.cluster_tag,
                                controller_host=self._controller_host)
-        self._pids = set()  # local pids this object started
-        self._zygote = None  # the process local engines fork from (``workbench.engine.zygote``)
-        self._remote_zygotes = []  # the ssh processes keeping a zygote on each SSH host
-        self._pidfile = None  # the reaper's list of this cluster's PIDs
         self._record = None  # clusters/<id>.json, what the Workbench panel shows
-        self._reaper = None
         self.runs: list[Run] = []
 
     # -- lifecycle -------------------------------------------------------------------
@@ -113,7 +86,7 @@ class Cluster:
             return self
         import ipyparallel as ipp
 
-        _stop_all_at_exit()
+        live.stop_all_at_exit()
         sweep_engine_tmpdirs()  # those of killed engines, this kernel's or another's
         if self.attached:
             try:
@@ -121,7 +94,7 @@ class Cluster:
             except (OSError, ValueError) as e:
                 raise ClusterError(f"Could not attach to ipyparallel profile {self.profile!r}: {e}") from e
         else:
-            self._start_own(ipp)
+            self.client = self.launched.start(ipp, launched.heartbeat_args(self.n, local=self.launcher == "local"))
         live.add(self)
         self.pool.connect(self.client)
         try:
@@ -159,123 +132,21 @@ class Cluster:
             raise invalid("cluster_id", None, f"one of the clusters running in profile {self.profile!r}: {ids}")
         return ids[0] if ids else ""
 
-    def _start_own(self, ipp):
-        import sys
-
-        from traitlets.config import Config
-
-        options = dict(self.ipp_options)
-        if self.launcher == "local" and self.controller == "local":
-            options.setdefault("controller_ip", "127.0.0.1")
-        zygote_path = None  # where SSH hosts' engines fork from a zygote on their host (launchers/ssh.py)
-        if self.launcher == "ssh":
-            import secrets
-
-            wanted = zygote.remote_path(secrets.token_hex(4)) if zygote.enabled() else None
-            if ssh.configure_ssh(options, self.hosts, self.controller, self.timeout, wanted):
-                zygote_path = wanted
-        batch.configure(options, self.launcher, self.timeout)  # MPI, Slurm
-        if self.controller == "local":
-            options.setdefault("controller_args", heartbeat_args(self.n, local=self.launcher == "local"))
-        if self.launcher == "local":
-            # engines import TensorFlow while they register (workbench.engine.start), or
-            # fork from a zygote that imported it once (zygote.py); they start with the
-            # controller, reading its connection file when it appears
-            config = options.setdefault("config", Config())
-            if "engine_cmd" not in config.LocalEngineSetLauncher:
-                self._zygote = zygote.start()
-                config.LocalEngineSetLauncher.engine_cmd = [
-                    *(zygote.command(self._zygote) if self._zygote else [sys.executable, "-m", "workbench.engine.start"]),
-                    f"--IPEngine.wait_for_url_file={self.timeout}",
-                    "--IPEngine.enable_nanny=False"]  # a process less per engine: we watch PIDs
-                if self._zygote is not None:
-                    self._pids.add(self._zygote.pid)
-                options.setdefault("send_engines_connection_env", False)
-                options.setdefault("delay", 0)
-        options.setdefault("log_level", 40)
-        options.setdefault("shutdown_atexit", False)  # ours stops it first, without its stderr line
-        try:
-            self._ipp = ipp.Cluster(
-                n=self.n, profile_dir=str(home.profile_dir()), engines=options.pop("engines", self.launcher),
-                controller=self.controller, engine_timeout=int(self.timeout), **options,
-            )
-        except Exception as e:  # traitlets / entry point errors for unknown launchers
-            if self._zygote is not None:  # nothing else started yet
-                zygote.stop(self._zygote)
-                self._pids.discard(self._zygote.pid)
-                self._zygote = None
-            raise ConfigError(f"ipyparallel refused the cluster options: {e}") from e
-        try:
-            if zygote_path is not None:  # their ssh processes are ours: stop() and the reaper end them
-                self._remote_zygotes = ssh.start_zygotes(options, zygote_path)
-                self._pids.update(p.pid for p in self._remote_zygotes)
-            self._ipp.start_cluster_sync()
-            self.client = self._ipp.connect_client_sync()
-            self._wait_for_engines()
-        except BaseException as e:
-            logs = self._log_tail()
-            self._stop_own()
-            if isinstance(e, TimeoutError):
-                raise ClusterStartTimeout(
-                    f"{self.n} engines did not register within {self.timeout:.0f} s. "
-                    f"Last lines of the engines' and controller's logs:\n{logs}"
-                ) from e
-            raise ClusterError(f"The cluster failed to start: {e}\n{logs}") from e
-        self._collect_pids()
-        self._start_reaper()
-
-    def _wait_for_engines(self):
-        """Until ``n`` engines registered; an engine process that exits meanwhile fails the
-        start at once (it waited for the whole timeout)."""
-        import time
-
-        deadline = time.monotonic() + self.timeout
-        while True:
-            exited = batch.exited_engine_processes(self._ipp)
-            if exited:
-                raise ClusterError(f"{exited} engine process(es) exited before registering; their output is below.")
-            left = deadline - time.monotonic()
-            try:  # interactive=False: no progress widget of ipyparallel's own in the notebook
-                self.client.wait_for_engines(self.n, timeout=max(0.0, min(0.5, left)), interactive=False)
-                return
-            except TimeoutError:
-                if left <= 0.5:
-                    raise
-
-    def _start_reaper(self):
-        """A watchdog that ends this cluster's processes if this kernel dies without
-        stopping it (see ``workbench.kernel.launchers.reaper``)."""
-        import os
-
-        self._pidfile = Home().pidfile(self._ipp.cluster_id)
-        self._write_pidfile()
-        self._reaper = reaper.spawn("workbench.kernel.launchers.reaper", str(os.getpid()), str(self._pidfile))
-
-    def _collect_pids(self):
-        """Add the PIDs of the processes local launchers started (the controller, local
-        engines) to ``_pids``. Remote launchers' PIDs (SSH: a PID on another host) never go
-        in: those engines stop through their launcher."""
-        if self._ipp is None:
-            return
-        self._pids.update(ssh.local_pids(self._ipp.controller))
-        for engine_set in self._ipp.engines.values():
-            self._pids.update(ssh.local_pids(engine_set))
-        if self._zygote is not None:  # the engines it forked
-            self._pids.update(family({self._zygote.pid}))
-
     def _is_local(self, info):
         """Did a local launcher of ours start this engine (so that it may be killed by PID)?"""
-        if self._ipp is None:
-            return False
-        if info.pid not in self._pids and self._zygote is not None:
-            self._collect_pids()  # an engine forked since the last look
-        return info.pid in self._pids
+        return self.launched is not None and self.launched.is_local(info.pid)
 
-    def _write_pidfile(self):
-        if self._ipp is None or self._pidfile is None:
-            return
-        self._collect_pids()
-        Home().write_pids(self._ipp.cluster_id, self._pids - {None})
+    def _restart(self, old):
+        """End engines ``old`` (EngineInfo) and start as many new ones: what the pool's
+        recycling asks of the processes this object's launchers started."""
+        self._require_running()
+        if self.launched is None or self.launched.ipp is None:
+            raise ClusterError(
+                f"Engines {sorted(o.id for o in old)} hold TensorFlow state that the next run cannot reuse, and this "
+                "cluster was attached, not started, by the workbench, so it cannot restart them. "
+                "Restart those engines (or the cluster) and try again."
+            )
+        return self.launched.restart(old, self.client, self.runs, list(self.pool.info.values()))
 
     def stop(self) -> None:
         """Stop the controller and engines this object started (by PID, waiting until they
@@ -289,50 +160,12 @@ class Cluster:
             except Exception:
                 pass
             self.client = None
-        self._stop_own()
+        if self.launched is not None:
+            self.launched.stop({info.tmp for info in self.pool.info.values()})
         if self._record is not None:
             self._record.unlink(missing_ok=True)
             self._record = None
         self.pool.clear()
-
-    def _stop_own(self):
-        if self._ipp is None:
-            return
-        self._collect_pids()
-        processes = family(self._pids)  # with engines' nannies, controller's schedulers
-        # engines' private TMPDIRs (compiled functions, workers' scratch checkpoints): on
-        # this machine's filesystem for local engines and for hosts that share it
-        tmps, tag = {info.tmp for info in self.pool.info.values()}, self.cluster_tag
-        controller = ssh.local_pids(self._ipp.controller)
-        batch.end_mpi_jobs(self._ipp)  # mpiexec takes its ranks on every host down
-        batch.end_slurm_jobs(self._ipp)  # scancel, until squeue no longer lists the job
-        # engines whose TF runtime holds collectives or servers take ~10 s to exit when asked;
-        # their runs are over and saved, so end them (ours, by PID) before the controller
-        reap(processes - family(controller), deadline=0)
-        ssh.kill_remote_engines(self._ipp)  # the same for engines on other hosts, through their launcher
-        try:
-            self._ipp.stop_cluster_sync()
-        except Exception:
-            self._ipp.shutdown_atexit = False  # no second try from its __del__, at a random time
-        self._ipp = None
-        reap(processes, deadline=10)
-        self._pids.clear()
-        if self._zygote is not None:
-            zygote.stop(self._zygote)
-            self._zygote = None
-        zygote.end_remote(self._remote_zygotes)  # killed above: their zygotes end with their ssh sessions
-        self._remote_zygotes = []
-        remove_engine_tmpdirs(tag, tmps)
-        if self._pidfile is not None:
-            self._pidfile.unlink(missing_ok=True)  # the reaper exits when its list is gone
-            self._pidfile = None
-        if self._reaper is not None:
-            try:
-                self._reaper.wait(5)
-            except Exception:
-                self._reaper.kill()
-                self._reaper.wait(5)
-            self._reaper = None
 
     def __enter__(self) -> "Cluster":
         return self.start()
@@ -345,7 +178,12 @@ class Cluster:
         """Do this cluster's local engines fork from a zygote that imported TensorFlow once
         (``workbench.engine.zygote``; automatic on Linux without GPUs, off with
         ``WORKBENCH_ZYGOTE=0``)? False if the zygote refused to fork or is gone."""
-        return self._zygote is not None and self._zygote.process.poll() is None
+        return self.launched is not None and self.launched.started_by_zygote
+
+    def engine_output(self, engine_id: int, lines: int = 12) -> str:
+        """The end of the log of an engine this kernel started on this machine (ipyparallel's
+        lines and what the process printed); "" when unknown."""
+        return self.launched.engine_output(engine_id, lines) if self.launched is not None else ""
 
     @property
     def running(self) -> bool:
@@ -356,7 +194,8 @@ class Cluster:
         """The controller's address as engines dial it: engines find their own address
         from their connection to it (``inventory.report``). Never the controller's host
         name resolved here: ``/etc/hosts`` maps this machine's name to 127.0.0.1."""
-        if self._ipp is not None and self.launcher == "local" and self.controller == "local":
+        if self.launched is not None and self.launched.ipp is not None and self.launcher == "local" \
+                and self.controller == "local":
             return "127.0.0.1"
         return ssh.controller_address(getattr(self.client, "_config", {}) or {})
 
@@ -371,49 +210,17 @@ class Cluster:
                    for e in self.pool.describe()]
         record: ClusterRecord = {
             "id": self.cluster_tag, "kernel_pid": os.getpid(), "notebook": os.environ.get("JPY_SESSION_NAME"),
-            "controller_pid": getattr(self._ipp.controller, "pid", None) if self._ipp is not None else None,
+            "controller_pid": self.launched.controller_pid if self.launched is not None else None,
             "profile": self.profile, "engines": engines}
         try:
             self._record = Home().write_cluster(record)
         except OSError:
             pass
 
-    def _log_tail(self, lines=20):
-        if self._ipp is None:
-            return ""
-        out = []
-        sources = [(f"engines {k}", v) for k, v in self._ipp.engines.items()]
-        sources.append(("controller", self._ipp.controller))
-        for name, launcher in sources:
-            try:
-                text = launcher.get_output() if launcher is not None else ""
-            except Exception as e:  # output retrieval is best effort
-                text = f"(could not read output: {e})"
-            tail = "\n".join(text.strip().splitlines()[-lines:])
-            out.append(f"--- {name} ---\n{tail or '(no output)'}")
-        return "\n".join(out)
-
-    def engine_output(self, engine_id: int, lines: int = 12) -> str:
-        """The end of the log of an engine this kernel started on this machine (ipyparallel's
-        lines and what the process printed: ``recovery.log_tail``); "" when unknown."""
-        if self._ipp is None:
-            return ""
-        mark = f"Completed registration with id {engine_id}\n"
-        for engine_set in self._ipp.engines.values():
-            for launcher in list(getattr(engine_set, "launchers", {}).values()):
-                path = getattr(launcher, "output_file", None)
-                try:
-                    text = Path(path).read_text(errors="replace") if path else ""
-                except OSError:
-                    continue
-                if mark in text:
-                    return recovery.log_tail(text, lines)
-        return ""
-
     @property
     def cluster_tag(self) -> str:
-        if self._ipp is not None:
-            return self._ipp.cluster_id
+        if self.launched is not None and self.launched.ipp is not None:
+            return self.launched.ipp.cluster_id
         return self.cluster_id or (self.profile or "attached")
 
     @property
@@ -465,50 +272,6 @@ class Cluster:
         """
         self._require_running()
         return self.pool.recycle(engine_ids)
-
-    def _restart(self, old):
-        """End engines ``old`` (EngineInfo) and start as many new ones: what the pool's
-        recycling asks of the processes this object's launchers started."""
-        self._require_running()
-        if self._ipp is None:
-            raise ClusterError(
-                f"Engines {sorted(o.id for o in old)} hold TensorFlow state that the next run cannot reuse, and this "
-                "cluster was attached, not started, by the workbench, so it cannot restart them. "
-                "Restart those engines (or the cluster) and try again."
-            )
-        if batch.is_mpi(self._ipp):  # one mpiexec job: restarted whole, never rank by rank
-            return self._restart_mpi()
-        local = [o for o in old if self._is_local(o)]
-        where = ssh.ssh_hosts_of(self._ipp, [o.pid for o in old if not self._is_local(o)])
-        others = [o.id for o in old if not self._is_local(o) and o.id in self.client.ids and o.pid not in where]
-        if others:
-            self.client.shutdown(targets=others, block=False)
-        reap(family({o.pid for o in local}), deadline=0)  # SIGKILL: engines we started
-        ssh.kill_remote_engines(self._ipp, pids=set(where))  # through their launcher
-        per_host = {}
-        for pid, host in where.items():  # an SSH engine's replacement starts on its host
-            per_host[host] = per_host.get(host, 0) + 1
-        try:
-            if per_host and len(where) == len(old):
-                self._ipp.start_engines_sync(n=len(old), engines=per_host)
-            else:
-                self._ipp.start_engines_sync(n=len(old))
-        except Exception as e:
-            where_to = f" on {', '.join(sorted(per_host))}" if per_host else ""
-            raise ClusterError(f"Could not start {len(old)} replacement engines{where_to} for engines "
-                               f"{sorted(o.id for o in old)}: {e}") from e
-        self._write_pidfile()
-        return None
-
-    def _restart_mpi(self):
-        """Every engine of the cluster restarted, as the ranks of a new ``mpiexec`` job (same
-        engine ids: ipyparallel's --mpi makes the rank the id). Returns the old engines."""
-        old = list(self.pool.info.values())
-        batch.refuse_under_run(self.runs, [o.id for o in old])
-        batch.restart_mpi(self._ipp, self.client, [o.id for o in old], self.n, self.timeout)
-        self._pids.clear()  # the old job's; the controller's and the new job's are collected
-        self._write_pidfile()
-        return old
 
     # -- runs --------------------------------------------------------------------------
     def train(self, model: Callable[[], Any], data: Data | tuple | Callable[[Any], Any], *,
@@ -613,28 +376,9 @@ class Cluster:
         run = start_run(self, job, resume=resume, steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
         self.runs.append(run)
         if strategies.spec(job.strategy).has_ps:  # a lost worker is replaced mid-run (kernel/recovery.py)
-            self.keep_standby()
+            if self.launched is not None:
+                self.launched.keep_standby({e.pid for e in self.pool.info.values()})
         return run
-
-    def keep_standby(self) -> None:
-        """Keep one spare engine on a local cluster, started ahead of need and left out of
-        ``engines``: recycling takes registered spares first (``EnginePool.recycle``), so a
-        lost parameter-server worker's replacement starts on an engine that has imported
-        TensorFlow already instead of waiting for a new process to start and import it
-        (seconds on an idle machine, tens of seconds on a loaded one: issue 19). The
-        engine each recycling starts becomes the next spare. Costs one idle engine process
-        (TF imported: ~0.4 GB). Other launchers and attached clusters keep none, nor do
-        clusters whose engines fork from a zygote (``kernel/zygote.py``): a replacement
-        forked there has TensorFlow imported too, and starts as soon as a spare would."""
-        if self._ipp is None or self.launcher != "local" or batch.is_mpi(self._ipp) or self._zygote is not None:
-            return
-        taken = {e.pid for e in self.pool.info.values()}
-        started = set().union(*(ssh.local_pids(s) for s in self._ipp.engines.values()))
-        if any(alive(p) for p in started - taken):
-            return  # a spare is up, or starting
-        self._ipp.start_engines_sync(n=1)
-        self._write_pidfile()
-
 
 def _in_notebook():
     try:
@@ -643,18 +387,6 @@ def _in_notebook():
         return False
     shell = get_ipython()
     return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-def heartbeat_args(engines: int, local: bool) -> list[str]:
-    """The controller's heartbeat: a dead engine is unregistered after ~4 s (ipyparallel's
-    default: 30 s). An engine's registration completes on the controller's second beat after
-    it connects, so up to 16 local engines beat every 100 ms: Cluster(engines=4) was ready
-    1.2 s sooner than at 1 s (4.9 -> 3.6-3.7 s), for 0.011 (4 engines) to 0.018 (16) of a
-    core more in the controller and 0.003 per idle engine. Engines on other hosts (SSH, MPI,
-    Slurm) and larger clusters keep 1 s: ipyparallel counts a beat missed when its answer
-    takes longer than two periods, and a link to another host may well take 200 ms."""
-    period = 100 if local and engines <= 16 else 1000
-    return [f"--HeartMonitor.period={period}", f"--HeartMonitor.max_heartmonitor_misses={4000 // period - 1}"]
 
 
 def _profile_path(profile):

@@ -26,7 +26,8 @@ class TaskRecord(TypedDict):
 class RunRecord(TypedDict):
     """``run.json``: what was launched, from which notebook and kernel, on which engines."""
 
-    run_id: str  # the attempt's id: a resumed run's ends with ~<time>; its directory keeps the first
+    run_id: str  # the run's id, its directory's name: the same for every attempt
+    attempt: NotRequired[int]  # 0 for the first launch, one more for each resume
     strategy: str
     workers: int
     ps: int

@@ -19,11 +19,10 @@ if TYPE_CHECKING:
 
 
 def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
-    import tensorflow as tf
 
     from workbench.engine import synchronous
 
-    return synchronous.train(collective_strategy(job.run_id), job, ctx)
+    return synchronous.train(collective_strategy(f"{job.run_id}-{job.launch}"), job, ctx)
 
 
 BARRIER_TIMEOUT = 600.0  # s; the kernel's start timeout (180 s) names a missing peer first
@@ -43,7 +42,7 @@ def collective_strategy(name: str) -> "tf.distribute.MultiWorkerMirroredStrategy
     leader was late; reproduced every time by delaying it 1 s. A barrier of TF's
     coordination service, which that replacement leaves alone, waits for every worker's
     new strategy. ``name``: the barrier's, the same on every worker and new for each
-    strategy the workers build together (a run's id: a resume has its own).
+    strategy the workers build together (a run's id and its launch's: a resume has its own).
     """
     import tensorflow as tf
     from tensorflow.python.eager import context

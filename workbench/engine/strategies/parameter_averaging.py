@@ -27,7 +27,7 @@ def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
 
     # the collectives that average the replicas; the replicas themselves are plain
     # variables of this process, trained with no strategy at all
-    strategy = collective_strategy(job.run_id)
+    strategy = collective_strategy(f"{job.run_id}-{job.launch}")
     t = loop.prepare(tf.distribute.get_strategy(), job, ctx)
     local = job.global_batch_size // job.workers
     context = tf.distribute.InputContext(num_input_pipelines=job.workers,

@@ -1,5 +1,6 @@
-"""Is an engine's TF server still there? Asked from the kernel over TCP: a process gone
-(refused) tells from a host cut off the network (silent)."""
+"""Is an engine still there, and how did it end? Its TF server asked from the kernel over TCP
+(a process gone, refused, tells from a host cut off the network, silent), and the end of its
+log read for a crash."""
 
 from __future__ import annotations
 
@@ -38,3 +39,27 @@ def unreachable(targets: Sequence[str], timeout: float = 2.0) -> list[str]:
     with ThreadPoolExecutor(min(len(targets), 16)) as pool:
         return [t for t, d in zip(targets, pool.map(down, targets)) if d]
 
+
+def crashed_in_profiler(output: str) -> bool:
+    """Does an engine's last output (``Cluster.engine_output``) show its process dying of a
+    fatal signal inside TF's profiler (``wb.ProfilerCrashed``), per its ``faulthandler``
+    report of the crashing thread?"""
+    crash = output.rfind("Fatal Python error")
+    current = output.find("Current thread", crash)
+    if crash < 0 or current < 0:
+        return False
+    innermost = (output[current:].splitlines() + [""])[1]  # the frame after the thread's header line
+    return "tensorflow/python/profiler/" in innermost
+
+
+def log_tail(text: str, lines: int = 12) -> str:
+    """The end of an engine's log (``Cluster.engine_output``): its last ``lines`` lines
+    without the per-request ones; for a process that crashed, ``faulthandler``'s "Fatal
+    Python error" line and the crashing thread's innermost ``lines`` frames."""
+    kept = [line for line in text.splitlines() if "Handling apply_request" not in line]
+    crash = [i for i, line in enumerate(kept) if line.startswith("Fatal Python error")]
+    if not crash:
+        return "\n".join(kept[-lines:])
+    report = kept[crash[-1]:]
+    at = next((i for i, line in enumerate(report) if line.startswith("Current thread")), 0)
+    return "\n".join([report[0], *report[at:at + 1 + lines]] if at else report[:1 + lines])

@@ -25,8 +25,6 @@ from workbench.errors import ClusterError
 if TYPE_CHECKING:
     import ipyparallel
 
-    from workbench.kernel.runs.handle import Run
-
 MPI = ("mpi", "mpiexec")
 SLURM = ("slurm",)
 
@@ -120,7 +118,7 @@ def end_mpi_jobs(ipp_cluster: ipyparallel.Cluster, deadline: float = 10.0) -> li
     return [p for p in pids if alive(p)]
 
 
-def refuse_under_run(runs: Iterable[Run], engine_ids: Collection[int]) -> None:
+def refuse_under_run(runs: Iterable[Any], engine_ids: Collection[int]) -> None:
     """An MPI job is restarted only whole: not while a run of the cluster uses it."""
     running = next((r for r in runs if not r.done), None)
     if running is not None:

@@ -9,7 +9,7 @@ here even if the host is lost before the end.
   saves one (``engine/loop.save``); they are written here, the state file last, and the
   checkpoints its manager no longer keeps are deleted.
 - Stop: the CLI and the panel ask by the STOP file here, which those hosts do not see;
-  the run's watcher forwards it through ipyparallel (``Run._request_stop``). With no live
+  the run's watcher forwards it through ipyparallel (``Watcher.request_stop``). With no live
   kernel watching the run, nobody forwards it.
 
 At the end of the run the engines that are still there send each of those files that

@@ -24,10 +24,10 @@ def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = Non
     from the run directory's last checkpoint, up to ``steps``)."""
     spec = strategies.spec(job.strategy)
     tasks = cluster.pool.plan(spec.roles, job.workers, job.ps, spec.multi_engine, devices=job.devices)
+    # new for each launch: what its engines build together is named after it (a strategy barrier)
+    job = replace(job, launch=uuid.uuid4().hex[:8])
     if resume:
-        job = replace(job, resume=True, steps=steps or job.steps,
-                      # new for each attempt: its engines' strategy barrier is named after it
-                      run_id=job.run_id.split("~")[0] + f"~{int(time.time())}{uuid.uuid4().hex[:4]}")
+        job = replace(job, resume=True, steps=steps or job.steps, attempt=job.attempt + 1)
     run_dir = RunDir(job.run_dir)
     run_dir.path.mkdir(parents=True, exist_ok=True)
     run_dir.clear_stop()
@@ -96,7 +96,7 @@ def _write_record(cluster, job, tasks):
     time (engines that see the file see that time in it)."""
     info = cluster.engine_info
     record: RunRecord = {
-        "run_id": job.run_id, "strategy": job.strategy, "workers": job.workers, "ps": job.ps,
+        "run_id": job.run_id, "attempt": job.attempt, "strategy": job.strategy, "workers": job.workers, "ps": job.ps,
         "devices": job.devices, "steps": job.steps, "global_batch_size": job.global_batch_size,
         "steps_per_execution": job.steps_per_execution, "started": time.time(), "notebook": os.environ.get("JPY_SESSION_NAME"), "kernel_pid": os.getpid(),
         "profile": cluster.profile if cluster.attached else None,

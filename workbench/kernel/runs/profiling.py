@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from workbench.engine import profile as engine_profile
+from workbench.errors import RunTimeout
 from workbench.store import RunDir
 
 _POLL = 0.05
@@ -51,7 +52,7 @@ def servers(run: Any, rid: int, steps: int, timeout: float) -> Any:
     if last - first + 1 < steps:
         if run.failure is not None:
             raise run.failure
-        raise TimeoutError(f"profile(): the run went {last - first + 1} of {steps} steps before "
+        raise RunTimeout(f"profile(): the run went {last - first + 1} of {steps} steps before "
                            f"{'it ended' if run.done else f'{timeout} s'} (from step {first})")
     h = run.history
     window = h[(h.step >= first) & (h.step <= last)]

@@ -15,9 +15,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from workbench.errors import RunStopped, invalid
+from workbench.errors import RunStopped, RunTimeout, invalid
 from workbench.kernel.runs import reattach
-from workbench.kernel.runs.handle import Run
+from workbench.kernel.runs.handle import BaseRun, Run
+from workbench.kernel.runs.log import RunLog
 from workbench.store import Home, Records, RunDir
 
 if TYPE_CHECKING:
@@ -26,9 +27,9 @@ if TYPE_CHECKING:
     from workbench.common.job import Job
 
 
-def resolve(run_id: "str | os.PathLike | Run", home: str | os.PathLike | None = None) -> Path:
+def resolve(run_id: "str | os.PathLike | BaseRun", home: str | os.PathLike | None = None) -> Path:
     """The run directory of ``run_id``: a run id, a unique prefix of one, or a directory."""
-    if isinstance(run_id, Run):
+    if isinstance(run_id, BaseRun):
         return Path(run_id.run_dir)
     if not isinstance(run_id, (str, Path)) or not str(run_id):
         raise invalid("run_id", run_id, "a run id (a str, as wb.runs() lists them) or a unique prefix of one")
@@ -52,7 +53,7 @@ def resolve(run_id: "str | os.PathLike | Run", home: str | os.PathLike | None = 
                   + (f"the closest are: {', '.join(close)}" if close else "there is none yet"))
 
 
-def load(run_id: "str | os.PathLike | Run", home: str | os.PathLike | None = None) -> Run:
+def load(run_id: "str | os.PathLike | BaseRun", home: str | os.PathLike | None = None) -> BaseRun:
     """The run ``run_id`` (a unique prefix is enough), read back from its run directory:
     status, ``history``, ``events``, ``placement``, ``evaluation``, ``weights()``,
     ``dashboard()``. Works for running, finished, stopped, failed and lost runs, whichever
@@ -63,45 +64,34 @@ def load(run_id: "str | os.PathLike | Run", home: str | os.PathLike | None = Non
     return live if live is not None else RecordedRun(run_dir)
 
 
-class RecordedRun(Run):
+class RecordedRun(BaseRun):
     """A run read from its files. It is not watched: ``refresh()`` reads what was written since."""
 
     def __init__(self, run_dir: str | os.PathLike) -> None:
-        import threading
-
-        self.run_dir = Path(run_dir)
-        self.cluster = None
-        self._rows, self._version, self._max_step, self._history = {}, 0, 0, (-1, None)
-        self._joined, self._anatomy = (None, None), (None, None)  # caches, as Run keeps them
-        self._events, self._seen_events = [], set()
-        self._outcome, self._error, self._dashboard, self._links = {}, None, None, None
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._book = Records(self.run_dir.parent.parent)
-        self._offsets = {}
-        started = RunDir(self.run_dir).read_run() or {}
-        self.job = SimpleNamespace(
-            run_id=self.run_dir.name, run_dir=str(self.run_dir), strategy=started.get("strategy"),
+        run_dir = Path(run_dir)
+        started = RunDir(run_dir).read_run() or {}
+        job = SimpleNamespace(
+            run_id=run_dir.name, run_dir=str(run_dir), strategy=started.get("strategy"),
             workers=started.get("workers"), ps=started.get("ps"), steps=started.get("steps"),
             global_batch_size=started.get("global_batch_size"), devices=started.get("devices", 0),
-            steps_per_execution=started.get("steps_per_execution") or 1)
-        self.tasks = [SimpleNamespace(name=f"{t['role']}:{t['index']}", role=t["role"], index=t["index"],
-                                      engine_id=t.get("engine")) for t in started.get("tasks", [])]
-        self._results = {t.name: None for t in self.tasks}
-        self._started = started.get("started") or 0.0
-        self._finished = None
+            steps_per_execution=started.get("steps_per_execution") or 1, attempt=started.get("attempt", 0))
+        tasks = [SimpleNamespace(name=f"{t['role']}:{t['index']}", role=t["role"], index=t["index"],
+                                 engine_id=t.get("engine"), host=t.get("host")) for t in started.get("tasks", [])]
+        super().__init__(job, tasks, RunLog(started.get("started") or 0.0, job.steps_per_execution))
+        self._book = Records(run_dir.parent.parent)
+        self._offsets: dict[str, int] = {}
+        self._record: dict = {}
+        self._result: dict = {}
         self.refresh()
 
     def refresh(self) -> "RecordedRun":
         """Read the rows, events and outcome written since the last read."""
-        self._merge(RunDir(self.run_dir).read_metrics(self._offsets))
-        if self._rows:  # a resumed run's run.json says when the last attempt started
-            self._started = min(self._started or float("inf"), min(r["time"] for r in self._rows.values()))
+        self.log.merge(RunDir(self.run_dir).read_metrics(self._offsets))
+        first = self.log.first_time()
+        if first is not None:  # a resumed run's run.json says when the last attempt started
+            self.log.started = min(self.log.started or float("inf"), first)
         self._record = self._book.run(self.run_dir) or {}
         self._result = RunDir(self.run_dir).read_result() or {}
-        self._finished = self._result.get("finished")
-        if self.status != "running":
-            self._done.set()
         return self
 
     # -- what the files say ---------------------------------------------------------------
@@ -116,8 +106,12 @@ class RecordedRun(Run):
         return self._result.get("error")
 
     @property
+    def done(self) -> bool:
+        return self.status != "running"
+
+    @property
     def final_step(self) -> int:
-        return self._result.get("final_step") or self._max_step
+        return self._result.get("final_step") or self.step
 
     @property
     def stopped(self) -> bool:
@@ -160,7 +154,7 @@ class RecordedRun(Run):
         end = None if timeout is None else time.monotonic() + timeout
         while self.refresh().status == "running":
             if end is not None and time.monotonic() > end:
-                raise TimeoutError(f"Run {self.id} still running after {timeout} s (step {self.step}/{self.job.steps})")
+                raise RunTimeout(f"Run {self.id} still running after {timeout} s (step {self.step}/{self.job.steps})")
             time.sleep(0.2)
         if self.status == "failed":
             raise RunStopped(f"Run {self.id} failed: {self.error}")
@@ -227,14 +221,14 @@ class _Html:
         return self.text
 
 
-def resume(cluster: Any, run: "str | os.PathLike | Run", steps: int | None = None, workers: int | None = None,
+def resume(cluster: Any, run: "str | os.PathLike | BaseRun", steps: int | None = None, workers: int | None = None,
            ps: int | None = None, stall_timeout: float = 60.0, start_timeout: float = 180.0) -> Run:
     """``Cluster.resume``: continue a recorded run on ``cluster`` from its last checkpoint."""
     from dataclasses import replace
 
     from workbench.common import strategies, validate
 
-    if isinstance(run, Run) and not isinstance(run, RecordedRun) and run.cluster is cluster:
+    if isinstance(run, Run) and run.cluster is cluster:
         return run.resume(steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
     run_dir = resolve(run)
     recorded = RecordedRun(run_dir)

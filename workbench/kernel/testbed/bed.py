@@ -29,6 +29,7 @@ from typing import Any
 
 from workbench.errors import TestbedError, invalid
 from workbench.kernel.launchers import reaper
+from workbench.kernel.testbed import teardown
 from workbench.kernel.testbed.commands import ip as _ip, run as _run, tail as _tail
 
 _PACKAGES = {"/usr/sbin/tc": "iproute2", "/usr/sbin/sshd": "openssh-server", "/usr/lib/openssh/sftp-server": "openssh-server",
@@ -86,7 +87,7 @@ class Testbed:
         started = time.monotonic()
         try:
             self._save()
-            self._reaper = reaper.spawn("workbench.kernel.testbed.bed", "reap", str(os.getpid()), self._statefile)
+            self._reaper = reaper.spawn("workbench.kernel.testbed.teardown", "reap", str(os.getpid()), self._statefile)
             self._make_network()
             self._make_keys()
             self._start_sshds()
@@ -95,7 +96,7 @@ class Testbed:
             for name, bits in rates.items():
                 if bits is not None:
                     self._set_link(name, bits, _record=False)
-            links._beds.add(self)
+            links.track(self)
             if slurm:
                 self._start_slurm(timeout)
         except BaseException:
@@ -183,7 +184,7 @@ class Testbed:
         from workbench.kernel.testbed import links
 
         self._host(host)
-        found = {p: _is_engine(p) for p in _netns_pids(self._state["netns"][host])}
+        found = {p: teardown.is_engine(p) for p in teardown.netns_pids(self._state["netns"][host])}
         found = {p: kind for p, kind in found.items() if kind}
         for pid in sorted(found):
             try:
@@ -208,7 +209,7 @@ class Testbed:
             return
         for proc in self._sshd.values():
             proc.poll()
-        teardown(self._state)
+        teardown.teardown(self._state)
         for proc in [*self._sshd.values(), *self._slurm_procs.values()]:
             try:
                 proc.wait(5)
@@ -362,71 +363,6 @@ class Testbed:
         self.slurm_conf = slurm_bed.start(self, timeout, self._slurm_procs)
 
 
-def teardown(state: dict[str, Any]) -> None:
-    """Undo a bed from its state record: SSH masters, daemons by PID, every process left in
-    its namespaces, the namespaces (with their veths), the bridge, the files."""
-    from workbench.kernel.engines.processes import alive, reap
-
-    for name in state.get("hosts", []):
-        subprocess.run(["ssh", "-F", state["ssh_config"], "-O", "exit", name], capture_output=True, timeout=10)
-    # the daemons and whatever they started live in the namespaces: nothing else is touched
-    pids = set().union(*[_netns_pids(ns) for ns in state.get("netns", {}).values()])
-    for _ in range(3):  # processes may still be forking in the namespaces
-        for pid in pids:
-            if alive(pid):
-                try:
-                    os.kill(pid, 15)
-                except ProcessLookupError:
-                    pass
-        reap(pids, deadline=3)
-        pids = set().union(*[_netns_pids(ns) for ns in state.get("netns", {}).values()])
-        if not pids:
-            break
-    for ns in state.get("netns", {}).values():
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    for host in state.get("netns", {}):  # a namespace something still holds keeps its veth: remove it here
-        veth = f"{state['bridge']}{host}"
-        if os.path.exists(f"/sys/class/net/{veth}"):
-            subprocess.run(["ip", "link", "del", veth], capture_output=True)
-    if state.get("bridge_made"):
-        subprocess.run(["ip", "link", "del", state["bridge"]], capture_output=True)
-    shutil.rmtree(state["dir"], ignore_errors=True)  # the state file too: the reaper then exits
-
-
-def _netns_pids(ns):
-    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-    return {int(p) for p in out.stdout.split()} if out.returncode == 0 else set()
-
-
-def _is_engine(pid):
-    """What process ``pid`` is, from its command line: "engine" (an engine, or the
-    launcher's stand-in for an engine forked by the host's zygote: the PID the engine
-    reports), "forked" (such an engine: a child of the zygote, with its command line),
-    "nanny" (the process ipyparallel starts beside each remote engine:
-    ``python -m ipyparallel.engine.nanny``) or None."""
-    cmd = _cmdline(pid)
-    if b"ipyparallel.engine.nanny" in cmd:
-        return "nanny"
-    if b"workbench.engine.zygote" in cmd:
-        import psutil
-
-        try:
-            parent = psutil.Process(pid).ppid()
-        except psutil.Error:
-            return None
-        return "forked" if b"workbench.engine.zygote" in _cmdline(parent) else None
-    engine = (b"ipyparallel.engine", b"ipengine", b"workbench.engine.start", b"workbench.engine.forked")
-    return "engine" if any(name in cmd for name in engine) else None
-
-
-def _cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ")
-    except OSError:
-        return b""
-
-
 def _require_tools():
     if os.geteuid() != 0:
         raise TestbedError("The test bed needs root (network namespaces, a bridge, sshd): run as root, "
@@ -445,25 +381,3 @@ def _free_subnet():
     if not free:
         raise TestbedError("Every 198.18.x.0/24 is in use by another test bed on this machine.")
     return random.choice(free)
-
-
-def _reap(owner, statefile):
-    """``python -m workbench.kernel.testbed.bed reap OWNER STATEFILE``: when OWNER dies with
-    its bed still up, tear the bed down (a ``workbench.kernel.launchers.reaper``). Exits when the
-    state file disappears."""
-    return reaper.watch(owner, statefile, _teardown_recorded)
-
-
-def _teardown_recorded(statefile):
-    try:
-        with open(statefile) as f:
-            state = json.load(f)
-    except (OSError, ValueError):
-        return
-    teardown(state)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["reap"]:
-        sys.exit(_reap(int(sys.argv[2]), sys.argv[3]))
-    sys.exit("usage: python -m workbench.kernel.testbed.bed reap OWNER_PID STATEFILE")

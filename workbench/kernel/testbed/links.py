@@ -14,24 +14,19 @@ hosts samples them in a small thread (``LinkWatch``) and joins them into ``run.h
 
 from __future__ import annotations
 
-import re
 import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from workbench.common.figures import BATCH_GAP  # rows of one worker closer than this were published as one batch
-from workbench.errors import TestbedError, invalid
+from workbench.common.rates import busiest, format_rate, parse_links, parse_rate  # noqa: F401 (the bed's names)
+from workbench.errors import TestbedError
 
 if TYPE_CHECKING:
     import pandas as pd
 
-_UNITS = {"bit": 1, "kbit": 10 ** 3, "mbit": 10 ** 6, "gbit": 10 ** 9}
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNORECASE)
-_MIN, _MAX = 10 ** 5, 100 * 10 ** 9  # 100 kbit .. 100 gbit
-_EXPECTED = 'a rate such as "100mbit" or "1gbit" (units bit, kbit, mbit, gbit; 100kbit to 100gbit), or None for an unshaped link'
 SAMPLE_EVERY = 0.1  # seconds between counter samples while a run trains
 WINDOW = 1.0  # seconds of traffic that bytes per step and utilisation average over
 # tbf's smallest bucket: twice a GSO packet (64 KiB of payload plus its headers). A packet
@@ -41,45 +36,6 @@ MIN_BURST = 128 * 1024
 
 _beds = weakref.WeakSet()  # open test beds in this process
 _watches = weakref.WeakSet()  # live LinkWatch objects (they record injected faults)
-
-
-def parse_rate(value: str | None, argument: str = "link") -> int | None:
-    """Bits per second from "100mbit" / "1gbit" / ...; None stays None (unshaped).
-
-    >>> parse_rate("1.5gbit")
-    1500000000
-    """
-    if value is None:
-        return None
-    m = _RATE.match(value) if isinstance(value, str) else None
-    if m is None:
-        raise invalid(argument, value, _EXPECTED)
-    bits = int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
-    if not _MIN <= bits <= _MAX:
-        raise invalid(argument, value, _EXPECTED)
-    return bits
-
-
-def parse_links(link: str | dict[str, str | None] | None, hosts: Sequence[str]) -> dict[str, int | None]:
-    """{host: bits/s or None} from ``testbed(link=...)``: one rate for every host, or a
-    dict naming some hosts (the others unshaped)."""
-    if isinstance(link, dict):
-        unknown = sorted(set(link) - set(hosts), key=str)
-        if unknown:
-            raise invalid("link", link, f"a dict whose keys are host names of this bed ({', '.join(hosts)})",
-                          hint=f"Unknown: {', '.join(map(str, unknown))}.")
-        return {h: parse_rate(link.get(h), f"link[{h!r}]") for h in hosts}
-    rate = parse_rate(link)
-    return dict.fromkeys(hosts, rate)
-
-
-def format_rate(bits: int | None) -> str:
-    if bits is None:
-        return "unshaped"
-    for unit, scale in (("gbit", 10 ** 9), ("mbit", 10 ** 6), ("kbit", 10 ** 3)):
-        if bits >= scale:
-            return f"{bits / scale:g}{unit}"
-    return f"{bits}bit"
 
 
 def shape(veth: str, netns: str, bits: int | None) -> None:
@@ -124,6 +80,15 @@ def record_fault(bed: Any, fault: str, host: str, **info: Any) -> None:
     for watch in list(_watches):
         if watch.bed is bed:
             watch.note(fault, host, **info)
+
+
+def track(bed: Any) -> None:
+    """Sample the links of every run that starts on ``bed``'s hosts from now on (the runs'
+    room calls ``watch`` for each new live run: ``runs.handle.observe``)."""
+    from workbench.kernel.runs import handle
+
+    _beds.add(bed)
+    handle.observe(watch)
 
 
 def watch(run: Any) -> LinkWatch | None:
@@ -283,10 +248,3 @@ class LinkWatch:
         return busiest(self.state(window))
 
 
-def busiest(state: dict[str, dict[str, Any]]) -> tuple[str, float | None, float] | None:
-    """(host, utilisation or None, bytes/s) of the link of ``state`` (``LinkWatch.state``)
-    that moved the most bytes, or None if it is empty."""
-    if not state:
-        return None
-    host = max(state, key=lambda h: state[h]["bytes_per_s"])
-    return host, state[host]["util"], state[host]["bytes_per_s"]

@@ -13,9 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from workbench.common import figures
+from workbench.common import figures, rates
 from workbench.kernel.views import fault_controls
-from workbench.kernel.testbed import links
 from workbench.kernel.views import livestats
 from workbench.kernel.views import render
 from workbench.store import RunDir
@@ -42,6 +41,7 @@ class Dashboard:
         self._display_id = None
         self._stopping = False
         self._placement_key = (None, None, 0.0)  # (tasks, links' use, monotonic time) it last drew
+        self._placement_rows = (-1, ([], []))  # (events, placement's task and variable rows)
         self._newest = 0.0
         self.latencies = []  # seconds from the newest step's end on an engine to this update
 
@@ -249,7 +249,9 @@ class Dashboard:
             self.anatomy.value = render.inside_step_html(run)
         self.progress.value = min(run.step, run.job.steps)
         self.status.value = f"<span class='wb-state'>{html.escape(self._status_text())}</span>"
-        tasks, variables = run.placement_rows()
+        if self._placement_rows[0] != run.log.event_count:  # rebuilt only when a task reports
+            self._placement_rows = (run.log.event_count, render.placement_tables(run.placement))
+        tasks, variables = self._placement_rows[1]
         # tasks report one by one, and a replaced worker reports again from its new engine
         # (same rows, another engine and pid): redraw at once; on a test bed the links' use
         # changes all the time: redraw for that at most once a second (and when the run ends)
@@ -292,11 +294,11 @@ class Dashboard:
         for name, value in recent["metrics"].items():  # the user's metrics: mean over the last 5 s
             parts.append(f"{html.escape(name)} {value:.3f}")
         watch = getattr(self.run, "links", None)  # recorded runs have none
-        busiest = links.busiest(link_state) if watch is not None and link_state else None
+        busiest = rates.busiest(link_state) if watch is not None and link_state else None
         if busiest:  # a run across test-bed hosts: the link that moves most
             host, util, rate = busiest
             parts.append(f"busiest link {html.escape(host)} {rate * 8 / 1e6:,.1f} Mbit/s"
-                         + (f" ({util:.0%} of {links.format_rate(watch.bed.links.get(host))})" if util is not None else
+                         + (f" ({util:.0%} of {rates.format_rate(watch.bed.links.get(host))})" if util is not None else
                             " (unshaped)"))
         base = self._baseline()
         if base:

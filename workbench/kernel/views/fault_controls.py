@@ -14,7 +14,7 @@ import html
 from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.kernel.testbed import links
+from workbench.common.rates import format_rate
 
 
 def for_run(run: Any) -> "FaultControls | None":
@@ -70,7 +70,7 @@ class FaultControls:
 
     def _slow(self, host):
         self.bed.set_link(host, self.rate.value.strip())
-        return f"link at {links.format_rate(self.bed.links[host])}"
+        return f"link at {format_rate(self.bed.links[host])}"
 
     def _kill(self, host):
         pids = self.bed.kill_engines(host)

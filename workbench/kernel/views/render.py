@@ -16,7 +16,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-from workbench.kernel.testbed.links import format_rate
+from workbench.common.rates import format_rate
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 ROLE_COLORS = {"chief": "#fde0c5", "ps": "#d4e6f9", "worker": "#d9f2d0", "local": "#eeeeee"}
