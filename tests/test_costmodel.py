@@ -1,0 +1,115 @@
+"""The cost model's formulas against numbers worked by hand (TEACHING.md's claims), and its
+predictions for small scenarios whose every figure can be checked on paper."""
+
+import math
+
+import pytest
+
+from workbench.common import costmodel as cm
+
+MB = 1e6
+B100 = 100e6 / 8  # a 100 Mbit/s link's bytes/s, before framing
+
+
+def test_ring_all_reduce_sends_2_n_minus_1_over_n_of_the_gradients_and_barely_grows_with_n():
+    assert cm.ring_bytes(MB, 1) == 0 and cm.ring_bytes(MB, 2) == MB and cm.ring_bytes(MB, 4) == 1.5 * MB
+    # 1 MB over 4 workers at 100 Mbit/s and 1 ms a message: 6 x 1 ms + 1.5 MB / 12.5 MB/s
+    assert cm.ring_time(MB, 4, B100, 1e-3) == pytest.approx(0.006 + 0.12)
+    # bandwidth term 2(n-1)/n x S/B: 1.0x at n = 2, 1.5x at 4, 1.98x at 100: it tends to 2 S/B
+    assert [round(cm.ring_time(MB, n, B100, 0) / (MB / B100), 2) for n in (2, 4, 100)] == [1.0, 1.5, 1.98]
+    # two packs pay the latencies twice: packing saves (packs - 1) x 2(n-1) x alpha
+    assert cm.ring_time(MB, 4, B100, 1e-3, rounds=2) - cm.ring_time(MB, 4, B100, 1e-3) == pytest.approx(0.006)
+
+
+def test_a_naive_ring_costs_n_over_2_times_the_reduce_scatter_ring():
+    for n in (2, 4, 8):
+        assert cm.naive_ring_time(MB, n, B100) / cm.ring_time(MB, n, B100, 0) == pytest.approx(n / 2)
+        assert cm.naive_ring_bytes(MB, n) == (n - 1) * MB
+
+
+def test_one_parameter_server_is_n_squared_over_2_n_minus_1_slower_than_a_ring():
+    # 4 workers, 1 MB each way: the PS link moves 4 MB (0.32 s), a worker's 1 MB (0.08 s)
+    assert cm.ps_round_time(MB, 4, 1, B100) == pytest.approx(0.32)
+    assert cm.ps_round_time(MB, 4, 2, B100) == pytest.approx(0.16)  # 2 PS tasks split it
+    assert cm.ps_round_time(MB, 4, 8, B100) == pytest.approx(0.08)  # never below a worker's own link
+    assert cm.ring_over_ps(4) == pytest.approx(2.667, abs=1e-3)
+    assert cm.ps_round_time(MB, 4, 1, B100) / cm.ring_time(MB, 4, B100, 0) == pytest.approx(cm.ring_over_ps(4))
+
+
+def test_message_bytes_at_16_and_8_bits_and_the_other_formulas():
+    assert cm.message_bytes(MB) == MB and cm.message_bytes(MB, 16) == MB / 2
+    assert cm.message_bytes(MB, 8, tensors=6) == 250_000 + 24  # one int8 a value, a float32 scale a tensor
+    assert cm.message_bytes(10, 8, tensors=1) == 4 + 4  # 2.5 values: padded to one int32
+    assert cm.gather_bytes(MB, 3) == 2 * MB
+    assert cm.cut_bytes(batch=64, width=512) == 2 * 64 * 512 * 4
+    assert [cm.memory_per_parameter(o) for o in ("sgd", "momentum", "adam")] == [8, 12, 16]
+    assert cm.young_daly(60, 86_400) == pytest.approx(math.sqrt(2 * 60 * 86_400))
+    assert cm.async_staleness(4) == 3
+    assert cm.scaling_efficiency(8, 0.01, 0.01) == 0.5 and cm.scaling_efficiency(8, 0.01, 0.01, overlap=1) == 1
+    assert cm.overlapped(0.01, 0.004, overlap=1) == 0.01 and cm.overlapped(0.01, 0.004) == pytest.approx(0.014)
+    # compute-bound from the batch on which compute equals the ring's transfer: 1.5 MB at 12.5 MB/s
+    # is 0.12 s, at 1 GFLOP/s 1.2e8 FLOPs, 1.2e5 examples of 1,000 FLOPs each
+    assert cm.compute_bound_batch(1e3, 1e9, MB, B100, 4) == pytest.approx(1.2e5)
+
+
+def links(*hosts, alpha=5e-4, rate=100_000_000, efficiency=0.95):
+    return {h: cm.Link(rate / 8 * efficiency, alpha, rate) for h in hosts}
+
+
+def test_a_two_host_ring_step_is_its_compute_plus_2_messages_of_half_the_model():
+    s = cm.Scenario("multi_worker_mirrored", 2, MB, compute=0.005, hosts={"worker:0": "h1", "worker:1": "h2"},
+                    links=links("h1", "h2"))
+    p = cm.predict(s)
+    B = B100 * 0.95
+    assert p["comm_time"] == pytest.approx(2 * (5e-4 + 0.5 * MB / B))
+    assert p["steps_per_s"] == pytest.approx(1 / (0.005 + p["comm_time"]))
+    assert p["bytes_per_step"] == {"h1": {"tx": MB, "rx": MB}, "h2": {"tx": MB, "rx": MB}}
+    assert p["link_util"]["h1"] == pytest.approx(MB * p["steps_per_s"] / B)
+    assert p["bottleneck"] == "network: h1" and p["why"].startswith("network-bound: h1's link carries 1 MB per step")
+
+
+def test_workers_sharing_a_host_send_only_what_crosses_to_another_host():
+    # ring 0 -> 1 -> 2 -> 3 -> 0: only 1 -> 2 and 3 -> 0 cross; each host sends one chunk a ring step
+    hosts = {"worker:0": "h1", "worker:1": "h1", "worker:2": "h2", "worker:3": "h2"}
+    p = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, links("h1", "h2")))
+    assert p["bytes_per_step"]["h1"]["tx"] == pytest.approx(cm.ring_bytes(MB, 4))
+    # int8 is gathered: (n-1) messages of the whole quantized model around the same ring
+    p8 = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, links("h1", "h2"), bits=8))
+    assert p8["bytes_per_step"]["h1"]["tx"] == pytest.approx(3 * cm.message_bytes(MB, 8, tensors=1))
+    p16 = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, links("h1", "h2"), bits=16))
+    assert p16["bytes_per_step"]["h1"]["tx"] == pytest.approx(cm.ring_bytes(MB, 4) / 2)
+    same = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, dict.fromkeys(hosts, "h1"), links("h1")))
+    assert same["bytes_per_step"] == {} and same["comm_time"] == 0 and same["bottleneck"] == "compute"
+
+
+def test_a_parameter_servers_link_carries_n_times_a_workers_and_flattens_the_rate():
+    B = B100 * 0.95
+
+    def ps_run(n, ps=1):
+        hosts = {"chief:0": "h0", **{f"ps:{j}": f"p{j}" for j in range(ps)}, **{f"worker:{i}": f"w{i}" for i in range(n)}}
+        return cm.predict(cm.Scenario("parameter_server", n, MB, 0.005, hosts,
+                                      links(*set(hosts.values())), ps=ps))
+
+    one, two, three = ps_run(1), ps_run(2), ps_run(3)
+    # one worker: pull 1 MB, compute, push 1 MB, one message latency each way
+    assert one["steps_per_s"] == pytest.approx(1 / (0.005 + 2 * (MB / B + 5e-4)))
+    for p, n in ((one, 1), (two, 2), (three, 3)):
+        assert p["bytes_per_step"]["p0"]["tx"] == pytest.approx(MB)  # every global step pulls the model
+        assert p["bytes_per_step"]["w0"]["tx"] == pytest.approx(MB / n)  # a worker does 1/n of the steps
+    assert two["steps_per_s"] == pytest.approx(2 * one["steps_per_s"])  # the PS link not yet full
+    assert three["steps_per_s"] == pytest.approx(B / MB)  # full: the PS link's rate bounds it
+    assert three["link_util"]["p0"] == pytest.approx(1.0) and three["bottleneck"] == "network: p0"
+    assert three["ps_load"]["ps:0"] == pytest.approx(B)
+    split = ps_run(3, ps=2)  # two PS tasks each serve half the variables
+    assert split["bytes_per_step"]["p0"]["tx"] == pytest.approx(MB / 2)
+    assert split["steps_per_s"] == pytest.approx(3 * one["steps_per_s"])
+
+
+def test_workers_sharing_cores_compute_longer_and_the_model_says_so():
+    hosts = {f"worker:{i}": "local" for i in range(4)}
+    # measured: 6 ms a step with 2 workers on 2 cores, so 6 ms alone too; 4 workers: 12 ms
+    p = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.006, hosts, cores=2, compute_workers=2))
+    assert p["compute_time"] == pytest.approx(0.012) and p["cpu_wait"] == pytest.approx(0.006)
+    assert "its 4 workers share 2 cores: compute x2.00 of one alone" in p["why"]
+    single = cm.predict(cm.Scenario("single", 1, MB, 0.002, {"worker:0": "local"}, input=0.001, other=0.003))
+    assert single["steps_per_s"] == pytest.approx(1 / 0.006) and single["bottleneck"] == "overhead"

@@ -1,0 +1,318 @@
+"""The cost model: what a distributed training step should cost, predicted from the model's
+bytes, where each task runs, each link's rate and latency, and a worker's compute.
+
+Pure functions, no TensorFlow: ``run.explain()`` puts each prediction beside what the run
+measured, ``wb.predict(...)`` answers for runs not made. The formulas first, each as the
+teaching references write it (``TEACHING.md`` numbers them); then ``predict``, which
+composes them for one scenario.
+
+Notation: S = the bytes of one worker's gradients as sent (the model's trainable bytes at
+the message's precision), n = workers, k = parameter-server tasks, B = a link's payload
+bandwidth (bytes/s, each direction: links are full duplex), alpha = per-message latency
+(s), C = a worker's compute per step (s).
+
+What the model leaves out, on purpose: added network latency, jitter and loss (the test
+bed cannot emulate them: no netem here), compute overlapping communication (TF's
+collectives here start after the whole backward pass; the workbench's steps do not
+overlap them), and contention other than for links and cores.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# -- bytes ------------------------------------------------------------------------------------
+
+
+def message_bytes(model_bytes: float, bits: int = 32, tensors: int = 0) -> float:
+    """The bytes of a model's float32 gradients sent at ``bits`` per value: 16-bit messages
+    halve them, 8-bit quarter them (claim 8: Zhang et al. 2020; Horovod's fp16), plus, at
+    8 bits, a float32 scale per tensor and padding to whole int32s (``engine/compression.py``)."""
+    values = model_bytes / 4
+    if bits == 8:
+        return math.ceil(values / 4) * 4 + 4 * tensors
+    return values * bits / 8
+
+
+def ring_bytes(S: float, n: int) -> float:
+    """Bytes each rank sends (and receives) in one ring all-reduce of S bytes: 2(n-1)/n x S,
+    a reduce-scatter then an all-gather of n chunks of S/n (claim 1: NCCL's busbw, d2l)."""
+    return 2 * (n - 1) / n * S if n > 1 else 0.0
+
+
+def gather_bytes(S: float, n: int) -> float:
+    """Bytes each rank receives (and sends, around a ring) in an all-gather of S bytes from
+    every rank: (n-1) x S. The workbench's 8-bit messages are gathered, not summed (a sum
+    of int8 overflows): at n = 2 the same bytes as an all-reduce of S, n/2 times more beyond."""
+    return (n - 1) * S
+
+
+def naive_ring_bytes(S: float, n: int) -> float:
+    """A ring that forwards whole tensors: (n-1) x S per rank, n/2 times the reduce-scatter
+    + all-gather ring (claim 2: CS336 assignment 2)."""
+    return (n - 1) * S
+
+
+def cut_bytes(batch: int, width: int, dtype_bytes: int = 4) -> float:
+    """Bytes crossing a model-parallel cut per step: the activations forward and their
+    gradients back, 2 x batch x width x dtype bytes (DistBelief: a bad split floods the network)."""
+    return 2.0 * batch * width * dtype_bytes
+
+
+OPTIMIZER_BYTES = {"sgd": 8, "momentum": 12, "adam": 16}  # fp32 weights + gradients, + 1 or 2 moments
+
+
+def memory_per_parameter(optimizer: str) -> int:
+    """Bytes a parameter costs in training at fp32: weights and gradients (8), plus momentum
+    (12) or Adam's two moments (16) (claim 9: the Ultra-Scale Playbook). Split 1/k over k PS
+    tasks by a variable partitioner."""
+    return OPTIMIZER_BYTES[optimizer]
+
+
+# -- time -------------------------------------------------------------------------------------
+
+
+def ring_time(S: float, n: int, B: float, alpha: float, rounds: int = 1) -> float:
+    """One ring all-reduce: 2(n-1) messages of S/n, each after a latency alpha:
+    2(n-1) alpha + 2(n-1)/n x S/B (claim 1). ``rounds``: separate all-reduces (packs), each
+    paying its own latencies (claim 7: packing removes (packs - 1) x 2(n-1) x alpha)."""
+    return 2 * (n - 1) * alpha * rounds + ring_bytes(S, n) / B if n > 1 else 0.0
+
+
+def naive_ring_time(S: float, n: int, B: float) -> float:
+    """The naive ring (claim 2): (n-1) x S / B."""
+    return (n - 1) * S / B
+
+
+def ps_round_time(M: float, n: int, k: int, B: float) -> float:
+    """One synchronous round of n workers on k PS tasks of equal links, M bytes each way per
+    worker: a worker's link moves M, each PS link n M / k: max(M/B, n M / (k B)) (claim 3:
+    d2l, BytePS)."""
+    return max(M / B, n * M / (k * B))
+
+
+def ring_over_ps(n: int) -> float:
+    """How much faster a ring all-reduce is than one PS at equal links: n^2 / (2(n-1))
+    (claim 4; x2.7 at n = 4)."""
+    return n * n / (2 * (n - 1))
+
+
+def overlapped(compute: float, comm: float, overlap: float = 0.0) -> float:
+    """A step's time when ``overlap`` (0..1) of the communication hides behind compute:
+    their sum without overlap, max(compute, comm) with all of it (claim 7)."""
+    return max(compute, compute + comm - overlap * min(compute, comm))
+
+
+def scaling_efficiency(n: int, compute: float, comm: float, overlap: float = 0.0) -> float:
+    """eta = T(1) / T(n) for a fixed per-worker batch: compute / (compute + the
+    communication not hidden) (claim 6's form: 1 / (1 + (T_comm - T_overlap) / T_compute))."""
+    if n <= 1:
+        return 1.0
+    return compute / overlapped(compute, comm, overlap)
+
+
+def compute_bound_batch(flops_per_example: float, flops_per_s: float, S: float, B: float, n: int) -> float:
+    """The per-worker batch above which a ring step's compute exceeds its communication:
+    b x flops_per_example / flops_per_s >= 2(n-1)/n x S / B (claim 5: data parallelism
+    stays compute-bound while the batch per worker is large enough)."""
+    return ring_bytes(S, n) / B * flops_per_s / flops_per_example
+
+
+def async_staleness(n: int) -> float:
+    """With n equal-speed asynchronous workers a gradient is on average n-1 updates stale
+    (claim 11: ML Systems book)."""
+    return max(n - 1, 0)
+
+
+def young_daly(write_s: float, mtbf_s: float) -> float:
+    """The checkpoint interval that loses least to failures: sqrt(2 x write time x MTBF)
+    (claim 12: Young 1974, Daly 2006)."""
+    return math.sqrt(2 * write_s * mtbf_s)
+
+
+# -- a scenario -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Link:
+    """A host's link: payload ``bytes_per_s`` each way (the set rate x the framing's
+    efficiency, or what an unshaped path measured), its per-message latency ``alpha`` (s),
+    and ``rate``, the bits/s it was set to (None: unshaped)."""
+
+    bytes_per_s: float
+    alpha: float
+    rate: int | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One run's shape, as the model needs it.
+
+    ``hosts``: {task name: host} of every task ("worker:0", "ps:1", "chief:0"); tasks on
+    one host talk over its loopback, which the model takes as free (its bytes cross no
+    link). ``links``: {host: Link} of the hosts whose links the run crosses.
+    ``compute``: one worker's seconds per step for its forward and backward passes and its
+    update, measured with ``compute_workers`` workers computing at once on ``cores`` shared
+    cores (None: each host its own cores); ``input`` and ``other`` the rest of its step
+    outside communication (waiting for a batch; Python, dispatch). ``ps_shares``: {PS task:
+    its share of the variables' bytes}. ``bits``: the precision of synchronous messages."""
+
+    strategy: str
+    workers: int
+    model_bytes: float
+    compute: float
+    hosts: dict[str, str]
+    links: dict[str, Link] = field(default_factory=dict)
+    ps: int = 0
+    ps_shares: dict[str, float] = field(default_factory=dict)
+    tensors: int = 1
+    bits: int = 32
+    global_batch_size: int = 0
+    input: float = 0.0
+    other: float = 0.0
+    cores: int | None = None
+    compute_workers: int = 1
+    average_every: int = 1
+
+
+SYNC_RING = ("multi_worker_mirrored", "parameter_averaging")
+
+
+def compute_time(s: Scenario) -> tuple[float, float]:
+    """(a worker's compute per step with ``s.workers`` computing, how much of it is waiting
+    for a core). On ``cores`` shared cores each worker keeps one core busy while it computes:
+    n workers take max(1, n / cores) times as long as one alone. The measured ``compute``
+    is converted from ``compute_workers`` to ``workers`` that way."""
+    if s.cores is None:
+        return s.compute, 0.0
+    alone = s.compute / max(1.0, s.compute_workers / s.cores)
+    shared = alone * max(1.0, s.workers / s.cores)
+    return shared, shared - alone
+
+
+def _cross(s: Scenario, a: str, b: str) -> list[str]:
+    """The links a message from task ``a`` to task ``b`` crosses (none on one host)."""
+    ha, hb = s.hosts.get(a), s.hosts.get(b)
+    if ha is None or hb is None or ha == hb:
+        return []
+    return [h for h in (ha, hb) if h in s.links]
+
+
+def _ring_step(s: Scenario, chunk: float) -> tuple[float, dict[str, float]]:
+    """(time, {host: bytes out}) of one step of a ring over the workers in task order, each
+    sending ``chunk`` bytes to the next: a host with m workers whose successor is elsewhere
+    sends m chunks at once on its link, and receives as many."""
+    workers = [f"worker:{i}" for i in range(s.workers)]
+    out: dict[str, float] = {}
+    slowest, alpha = 0.0, 0.0
+    for i, w in enumerate(workers):
+        nxt = workers[(i + 1) % len(workers)]
+        crossed = _cross(s, w, nxt)
+        if crossed:
+            out[s.hosts[w]] = out.get(s.hosts[w], 0.0) + chunk
+        for h in crossed:
+            alpha = max(alpha, s.links[h].alpha)
+    for h, sent in out.items():
+        slowest = max(slowest, sent / s.links[h].bytes_per_s)
+    return alpha + slowest, out
+
+
+def predict(s: Scenario) -> dict[str, Any]:
+    """What ``s`` should do: {"steps_per_s", "step_time", "compute_time", "comm_time",
+    "wait_time", "input_time", "other_time", "cpu_wait", "bytes_per_step" (each host's
+    link: {"tx", "rx"} bytes per global step), "link_util" ({host: share of its rate used
+    while training}), "ps_load" ({PS task: bytes/s each way}), "bottleneck", "why"}.
+
+    Synchronous rings: step time = input + compute + the ring's messages + other; the
+    ring's time is its 2(n-1) (all-gather: n-1) message steps, each the latency plus the
+    busiest link's share. Parameter servers: each worker step pulls every variable and
+    pushes every gradient (S each way on its link, a share of both on each PS task's); the
+    global rate is the lesser of n / (one worker's step time) and each link's bytes/s over
+    the bytes it must move per global step."""
+    compute, cpu_wait = compute_time(s)
+    n = s.workers
+    fixed = s.input + compute + s.other
+    tx: dict[str, float] = {}
+    rx: dict[str, float] = {}
+    comm = 0.0
+    ps_load: dict[str, float] = {}
+    if s.strategy in SYNC_RING and n > 1:
+        S = message_bytes(s.model_bytes, s.bits, s.tensors)
+        steps, chunk = (n - 1, S) if s.bits == 8 else (2 * (n - 1), S / n)
+        one, out = _ring_step(s, chunk)
+        comm = steps * one
+        every = s.average_every if s.strategy == "parameter_averaging" else 1
+        comm /= every
+        for h, sent in out.items():
+            tx[h] = tx.get(h, 0.0) + steps * sent / every
+            rx[h] = rx.get(h, 0.0) + steps * sent / every  # a ring receives what it sends
+        rate = 1.0 / (fixed + comm)
+        worker_time = fixed + comm
+        on_links = comm
+    elif s.strategy == "parameter_server":
+        S = s.model_bytes
+        shares = s.ps_shares or {f"ps:{j}": 1.0 / max(s.ps, 1) for j in range(s.ps)}
+        transfer, alpha = 0.0, 0.0  # one way, for the slowest worker, unloaded links
+        for w in (f"worker:{i}" for i in range(n)):
+            moved: dict[str, float] = {}  # link -> bytes this worker's step moves over it, each way
+            for ps, share in shares.items():
+                for h in _cross(s, ps, w):
+                    moved[h] = moved.get(h, 0.0) + share * S
+                    alpha = max(alpha, s.links[h].alpha)
+            transfer = max([transfer] + [b / s.links[h].bytes_per_s for h, b in moved.items()])
+            for h, b in moved.items():  # a global step is one worker's step: each worker 1/n of them
+                tx[h] = tx.get(h, 0.0) + b / n
+                rx[h] = rx.get(h, 0.0) + b / n
+        worker_time = fixed + 2 * (transfer + alpha)  # the pull in the forward pass, the push after
+        rate = n / worker_time if worker_time > 0 else float("inf")
+        for h in set(tx) | set(rx):  # each link moves its bytes per global step at most at its rate
+            rate = min(rate, s.links[h].bytes_per_s / max(tx.get(h, 0.0), rx.get(h, 0.0)))
+        # a link that bounds the rate slows every transfer over it: each worker's step then
+        # takes n / rate, its pull and push the rest (the anatomy counts the pull in compute)
+        transfer = max(transfer, (n / rate - fixed) / 2 - alpha) if rate > 0 else transfer
+        worker_time = fixed + 2 * (transfer + alpha)
+        on_links = 2 * (transfer + alpha)
+        compute += transfer + alpha
+        comm = transfer + alpha
+        for ps, share in shares.items():
+            crosses = any(_cross(s, ps, f"worker:{i}") for i in range(n))
+            ps_load[ps] = rate * share * S if crosses else 0.0
+    else:  # one engine: nothing crosses a link
+        worker_time, on_links = fixed, 0.0
+        rate = 1.0 / fixed if fixed > 0 else float("inf")
+    # the share of what each shaped link can carry (its payload bytes/s) that the run uses:
+    # 1 when it is the bottleneck, as its byte counters (headers included) read against its rate
+    util = {h: max(tx.get(h, 0.0), rx.get(h, 0.0)) * rate / s.links[h].bytes_per_s
+            for h in set(tx) | set(rx) if s.links[h].rate}
+    out = {"steps_per_s": rate, "step_time": worker_time, "compute_time": compute, "comm_time": comm,
+           "wait_time": 0.0, "input_time": s.input, "other_time": s.other, "cpu_wait": cpu_wait,
+           "bytes_per_step": {h: {"tx": tx.get(h, 0.0), "rx": rx.get(h, 0.0)} for h in sorted(set(tx) | set(rx))},
+           "link_util": util, "ps_load": ps_load, "link_time": on_links}
+    out["bottleneck"], out["why"] = _bottleneck(s, out, fixed)
+    return out
+
+
+def _bottleneck(s: Scenario, p: dict[str, Any], fixed: float) -> tuple[str, str]:
+    """The part that bounds the step, and one sentence saying why, with its numbers:
+    the network when a step spends at least as long on links as outside them (``fixed``:
+    input, compute and other), else compute or the overhead around it."""
+    rate = p["steps_per_s"]
+    compute, cpu_wait = compute_time(s)
+    cores = (f" (its {s.workers} workers share {s.cores} cores: compute x{compute / (compute - cpu_wait):.2f} "
+             "of one alone)") if cpu_wait > 0 else ""
+    moved = {h: max(b.values()) for h, b in p["bytes_per_step"].items()}
+    if moved and p["link_time"] >= fixed:
+        host = max(moved, key=lambda h: moved[h] / s.links[h].bytes_per_s)
+        link = s.links[host]
+        speed = f"{link.rate / 1e6:g} Mbit/s" if link.rate else f"{link.bytes_per_s * 8 / 1e6:,.0f} Mbit/s (unshaped)"
+        return (f"network: {host}",
+                f"network-bound: {host}'s link carries {moved[host] / 1e6:.3g} MB per step at {speed}; "
+                f"predicted {rate:.3g} steps/s")
+    if compute >= s.input + s.other:
+        return "compute", (f"compute-bound: {compute * 1e3:.3g} ms of compute per step{cores} against "
+                           f"{p['link_time'] * 1e3:.3g} ms on links; predicted {rate:.3g} steps/s")
+    return "overhead", (f"overhead-bound: {(s.input + s.other) * 1e3:.3g} ms per step outside compute and "
+                        f"communication (input, Python, dispatch) against {compute * 1e3:.3g} ms of compute; "
+                        f"predicted {rate:.3g} steps/s")
