@@ -24,6 +24,7 @@ _HOMES = {
     "runs": "workbench.store",
     "history": "workbench.store",
     "load": "workbench.kernel.runs.recorded",
+    "predict": "workbench.kernel.runs.explain",
     "testbed": "workbench.kernel.testbed.bed",
     "datasets": "workbench.datasets",
     "models": "workbench.models",

@@ -151,12 +151,14 @@ class Scenario:
     """One run's shape, as the model needs it.
 
     ``hosts``: {task name: host} of every task ("worker:0", "ps:1", "chief:0"); tasks on
-    one host talk over its loopback, which the model takes as free (its bytes cross no
-    link). ``links``: {host: Link} of the hosts whose links the run crosses.
+    one host talk over its ``loopback`` (None: free), which no host link carries. ``links``:
+    {host: Link} of the hosts whose links the run crosses.
     ``compute``: one worker's seconds per step for its forward and backward passes and its
     update, measured with ``compute_workers`` workers computing at once on ``cores`` shared
     cores (None: each host its own cores); ``input`` and ``other`` the rest of its step
-    outside communication (waiting for a batch; Python, dispatch). ``ps_shares``: {PS task:
+    outside communication (waiting for a batch; Python, dispatch); ``pauses``: seconds per
+    global step outside every step (checkpoints, evaluations, the chief's dispatch between
+    calls), which slow steps/s but no step. ``ps_shares``: {PS task:
     its share of the variables' bytes}. ``bits``: the precision of synchronous messages."""
 
     strategy: str
@@ -175,6 +177,8 @@ class Scenario:
     cores: int | None = None
     compute_workers: int = 1
     average_every: int = 1
+    loopback: Link | None = None
+    pauses: float = 0.0
 
 
 SYNC_RING = ("multi_worker_mirrored", "parameter_averaging")
@@ -192,12 +196,28 @@ def compute_time(s: Scenario) -> tuple[float, float]:
     return shared, shared - alone
 
 
+LO = ":lo"  # a host's loopback, as a path key: "h1:lo"
+
+
 def _cross(s: Scenario, a: str, b: str) -> list[str]:
-    """The links a message from task ``a`` to task ``b`` crosses (none on one host)."""
+    """The paths a message from task ``a`` to task ``b`` takes: both hosts' links, or the
+    loopback of the host they share (none when the scenario takes it as free)."""
     ha, hb = s.hosts.get(a), s.hosts.get(b)
-    if ha is None or hb is None or ha == hb:
+    if ha is None or hb is None:
         return []
+    if ha == hb:
+        return [ha + LO] if s.loopback is not None else []
     return [h for h in (ha, hb) if h in s.links]
+
+
+def _link(s: Scenario, path: str) -> Link:
+    return s.loopback if path.endswith(LO) else s.links[path]
+
+
+def _paths(s: Scenario) -> set[str]:
+    """Every path some pair of the scenario's tasks talks over."""
+    tasks = list(s.hosts)
+    return {h for a in tasks for b in tasks if a != b for h in _cross(s, a, b)}
 
 
 def _ring_step(s: Scenario, chunk: float) -> tuple[float, dict[str, float]]:
@@ -210,12 +230,14 @@ def _ring_step(s: Scenario, chunk: float) -> tuple[float, dict[str, float]]:
     for i, w in enumerate(workers):
         nxt = workers[(i + 1) % len(workers)]
         crossed = _cross(s, w, nxt)
-        if crossed:
-            out[s.hosts[w]] = out.get(s.hosts[w], 0.0) + chunk
+        # a ring receives as much as it sends: the sender's link (or the loopback) carries it
+        key = next((h for h in crossed if h.endswith(LO) or h == s.hosts[w]), None)
+        if key is not None:
+            out[key] = out.get(key, 0.0) + chunk
         for h in crossed:
-            alpha = max(alpha, s.links[h].alpha)
+            alpha = max(alpha, _link(s, h).alpha)
     for h, sent in out.items():
-        slowest = max(slowest, sent / s.links[h].bytes_per_s)
+        slowest = max(slowest, sent / _link(s, h).bytes_per_s)
     return alpha + slowest, out
 
 
@@ -248,9 +270,10 @@ def predict(s: Scenario) -> dict[str, Any]:
         for h, sent in out.items():
             tx[h] = tx.get(h, 0.0) + steps * sent / every
             rx[h] = rx.get(h, 0.0) + steps * sent / every  # a ring receives what it sends
-        rate = 1.0 / (fixed + comm)
         worker_time = fixed + comm
+        rate = 1.0 / (worker_time + s.pauses)
         on_links = comm
+        latency = steps * max((_link(s, h).alpha for h in out), default=0.0) / every
     elif s.strategy == "parameter_server":
         S = s.model_bytes
         shares = s.ps_shares or {f"ps:{j}": 1.0 / max(s.ps, 1) for j in range(s.ps)}
@@ -260,36 +283,38 @@ def predict(s: Scenario) -> dict[str, Any]:
             for ps, share in shares.items():
                 for h in _cross(s, ps, w):
                     moved[h] = moved.get(h, 0.0) + share * S
-                    alpha = max(alpha, s.links[h].alpha)
-            transfer = max([transfer] + [b / s.links[h].bytes_per_s for h, b in moved.items()])
+                    alpha = max(alpha, _link(s, h).alpha)
+            transfer = max([transfer] + [b / _link(s, h).bytes_per_s for h, b in moved.items()])
             for h, b in moved.items():  # a global step is one worker's step: each worker 1/n of them
                 tx[h] = tx.get(h, 0.0) + b / n
                 rx[h] = rx.get(h, 0.0) + b / n
         worker_time = fixed + 2 * (transfer + alpha)  # the pull in the forward pass, the push after
-        rate = n / worker_time if worker_time > 0 else float("inf")
+        rate = n / (worker_time + n * s.pauses) if worker_time > 0 else float("inf")
         for h in set(tx) | set(rx):  # each link moves its bytes per global step at most at its rate
-            rate = min(rate, s.links[h].bytes_per_s / max(tx.get(h, 0.0), rx.get(h, 0.0)))
+            rate = min(rate, _link(s, h).bytes_per_s / max(tx.get(h, 0.0), rx.get(h, 0.0)))
         # a link that bounds the rate slows every transfer over it: each worker's step then
         # takes n / rate, its pull and push the rest (the anatomy counts the pull in compute)
-        transfer = max(transfer, (n / rate - fixed) / 2 - alpha) if rate > 0 else transfer
+        transfer = max(transfer, (n / rate - n * s.pauses - fixed) / 2 - alpha) if rate > 0 else transfer
         worker_time = fixed + 2 * (transfer + alpha)
         on_links = 2 * (transfer + alpha)
+        latency = 2 * alpha
         compute += transfer + alpha
         comm = transfer + alpha
         for ps, share in shares.items():
             crosses = any(_cross(s, ps, f"worker:{i}") for i in range(n))
             ps_load[ps] = rate * share * S if crosses else 0.0
     else:  # one engine: nothing crosses a link
-        worker_time, on_links = fixed, 0.0
-        rate = 1.0 / fixed if fixed > 0 else float("inf")
+        worker_time, on_links, latency = fixed, 0.0, 0.0
+        rate = 1.0 / (fixed + s.pauses) if fixed + s.pauses > 0 else float("inf")
     # the share of what each shaped link can carry (its payload bytes/s) that the run uses:
     # 1 when it is the bottleneck, as its byte counters (headers included) read against its rate
     util = {h: max(tx.get(h, 0.0), rx.get(h, 0.0)) * rate / s.links[h].bytes_per_s
-            for h in set(tx) | set(rx) if s.links[h].rate}
+            for h in set(tx) | set(rx) if not h.endswith(LO) and s.links[h].rate}
     out = {"steps_per_s": rate, "step_time": worker_time, "compute_time": compute, "comm_time": comm,
            "wait_time": 0.0, "input_time": s.input, "other_time": s.other, "cpu_wait": cpu_wait,
-           "bytes_per_step": {h: {"tx": tx.get(h, 0.0), "rx": rx.get(h, 0.0)} for h in sorted(set(tx) | set(rx))},
-           "link_util": util, "ps_load": ps_load, "link_time": on_links}
+           "bytes_per_step": {h: {"tx": tx.get(h, 0.0), "rx": rx.get(h, 0.0)} for h in sorted(set(tx) | set(rx))
+                              if not h.endswith(LO)},
+           "link_util": util, "ps_load": ps_load, "link_time": on_links, "latency_time": latency}
     out["bottleneck"], out["why"] = _bottleneck(s, out, fixed)
     return out
 
@@ -303,6 +328,12 @@ def _bottleneck(s: Scenario, p: dict[str, Any], fixed: float) -> tuple[str, str]
     cores = (f" (its {s.workers} workers share {s.cores} cores: compute x{compute / (compute - cpu_wait):.2f} "
              "of one alone)") if cpu_wait > 0 else ""
     moved = {h: max(b.values()) for h, b in p["bytes_per_step"].items()}
+    latency = p["latency_time"]
+    if p["link_time"] >= fixed and latency >= p["link_time"] - latency:
+        messages = round(latency / max((_link(s, h).alpha for h in _paths(s)), default=1.0))
+        return "latency", (f"latency-bound: {messages} messages per step at {latency / max(messages, 1) * 1e3:.3g} ms "
+                           f"each ({latency * 1e3:.3g} ms) outweigh moving their bytes "
+                           f"({(p['link_time'] - latency) * 1e3:.3g} ms); predicted {rate:.3g} steps/s")
     if moved and p["link_time"] >= fixed:
         host = max(moved, key=lambda h: moved[h] / s.links[h].bytes_per_s)
         link = s.links[host]
@@ -310,6 +341,12 @@ def _bottleneck(s: Scenario, p: dict[str, Any], fixed: float) -> tuple[str, str]
         return (f"network: {host}",
                 f"network-bound: {host}'s link carries {moved[host] / 1e6:.3g} MB per step at {speed}; "
                 f"predicted {rate:.3g} steps/s")
+    if p["link_time"] >= fixed:  # messages between tasks of one host, over its loopback
+        messages = 2 * (s.workers - 1) if s.strategy in SYNC_RING else 2
+        return "communication", (f"communication-bound: {p['link_time'] * 1e3:.3g} ms per step in {messages} "
+                                 f"messages between the tasks over this machine's loopback "
+                                 f"({s.loopback.alpha * 1e3:.3g} ms each before its bytes), against "
+                                 f"{compute * 1e3:.3g} ms of compute; predicted {rate:.3g} steps/s")
     if compute >= s.input + s.other:
         return "compute", (f"compute-bound: {compute * 1e3:.3g} ms of compute per step{cores} against "
                            f"{p['link_time'] * 1e3:.3g} ms on links; predicted {rate:.3g} steps/s")

@@ -77,6 +77,7 @@ class VariableRow(TypedDict):
     bytes: int
     device: str  # "/job:ps/replica:0/task:0/device:CPU:0", "" when unknown
     kind: Literal["model", "optimizer"]
+    trainable: NotRequired[bool]  # a gradient is computed and sent for it (absent in older runs)
 
 
 EventKind = Literal["placement", "checkpoint", "eval", "profile", "worker_lost", "worker_replaced",

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 def variables(m: Any, task: Task, opt: Any = None) -> list[VariableRow]:
     """A row per variable (a row per shard of a sharded one): the model's, then the
     optimizer's state (its step counter, learning rate and slots such as Adam's m and v),
-    with ``kind`` "model" or "optimizer"."""
+    with ``kind`` "model" or "optimizer", and whether it is ``trainable``."""
     import numpy as np
     import tensorflow as tf
 
@@ -28,6 +28,7 @@ def variables(m: Any, task: Task, opt: Any = None) -> list[VariableRow]:
                     "bytes": int(np.prod(part.shape)) * tf.as_dtype(part.dtype).size,
                     "device": _device(part),
                     "kind": kind,
+                    "trainable": bool(getattr(v, "trainable", False)),  # its gradient is sent (cost model)
                 })
     return rows
 

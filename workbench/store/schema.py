@@ -35,6 +35,8 @@ class RunRecord(TypedDict):
     steps: int
     global_batch_size: int
     steps_per_execution: NotRequired[int]  # steps per tf.function call (absent in runs recorded before it)
+    compression: NotRequired[str | None]  # the all-reduce's precision (None: float32)
+    average_every: NotRequired[int]  # parameter_averaging: steps between averages
     started: float
     notebook: str | None
     kernel_pid: int

@@ -23,6 +23,7 @@ from workbench.store import RunDir
 if TYPE_CHECKING:
     import pandas as pd
 
+    from workbench.kernel.runs.explain import Explanation
     from workbench.kernel.views.dashboard import Dashboard
 
 _POLL = 0.05
@@ -129,6 +130,16 @@ class BaseRun:
     def rows_since(self, cursor: int) -> tuple[list[StepRow], int]:
         """(rows that arrived after ``cursor``, the new cursor): the live dashboard's feed."""
         return self.log.rows_since(cursor)
+
+    def explain(self) -> Explanation:
+        """What the cost model (``common/costmodel.py``) predicts for this run beside what it
+        measured: steps/s, step time and its parts, bytes per step on each host's link and
+        its use, each PS task's load, each with predicted, measured and their ratio, and one
+        sentence naming the bottleneck (``runs/explain.py``). A table in a notebook;
+        ``.table`` is the DataFrame. For any run that measured its anatomy, live or recorded."""
+        from workbench.kernel.runs import explain
+
+        return explain.explain(self)
 
     def note(self, kind: EventKind, **info: Any) -> None:
         """Record an event the kernel observed (a worker lost, a replacement started, a

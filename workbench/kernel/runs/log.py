@@ -264,7 +264,7 @@ class RunLog:
     def _placement_frame(self, count):
         import pandas as pd
 
-        cols = ["role", "task", "engine", "host", "pid", "device", "variable", "shape", "bytes", "kind"]
+        cols = ["role", "task", "engine", "host", "pid", "device", "variable", "shape", "bytes", "kind", "trainable"]
         rows, tasks = [], {}
         for ev in self._events[:count]:
             if ev["kind"] != "placement":
@@ -276,7 +276,8 @@ class RunLog:
             for v in ev["variables"]:
                 role, task = job_task(v["device"])
                 rows.append({"role": role, "task": task, "device": v["device"], "variable": v["variable"],
-                             "shape": v["shape"], "bytes": v["bytes"], "kind": v.get("kind", "model")})
+                             "shape": v["shape"], "bytes": v["bytes"], "kind": v.get("kind", "model"),
+                             "trainable": v.get("trainable")})
         rank = {"chief": 0, "ps": 1, "worker": 2, "local": 3}
         df = pd.DataFrame(list(tasks.values()) + rows, columns=cols)
         # tasks report in any order: sort so the table reads the same every time

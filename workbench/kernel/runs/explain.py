@@ -1,0 +1,333 @@
+"""``run.explain()`` and ``wb.predict(...)``: the cost model (``common/costmodel.py``) beside
+what a run measured, and for runs not made.
+
+A run is turned into the model's ``Scenario``: its strategy and topology, its model's
+trainable bytes (from the placement its tasks reported) at its messages' precision, where
+each task ran, each link it crossed (the rate the test bed set, the latency and framing
+measured here) and what it measured of its own steps outside communication: compute,
+input, waiting, the rest. The model predicts the communication, the bytes on each link,
+each link's use and each parameter server's load; ``explain`` puts each figure beside the
+run's own measurement. What the model takes from the run as it is, and what it predicts,
+is said in each row's ``source``.
+
+``predict(calibration, workers=8, link="1gbit", ...)`` takes a finished run as the
+calibration of compute (seconds per example and parameter of one worker, with the cores it
+shared) and predicts a run of another shape. It refuses what one run cannot tell: another
+device's compute.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+from typing import TYPE_CHECKING, Any
+
+from workbench.common import costmodel, figures, strategies, validate
+from workbench.common.costmodel import Link
+from workbench.common.rates import parse_rate
+from workbench.errors import invalid
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Links as measured on these machines (2 cores; bench/predict.py, bench/links.py):
+# - a shaped link carries this share of its rate as payload (TCP/IP and Ethernet headers);
+# - TF's collectives pay about 2 ms per message between engines on a bed's hosts, and 1.5 ms
+#   between engines of one machine over its loopback, while the engines' processes share
+#   the 2 cores (a 10 KB model's all-reduce across 2, 3, 4 hosts: 4.4, 6.9, 12.6 ms for 2, 4,
+#   6 messages; 2 local engines: 3.2 ms for 2). An idle machine's gRPC round trip is a
+#   tenth of that: the latency is mostly waiting for a core;
+# - TF's gRPC moves about 0.8 GB/s between two engines of one machine (DESIGN.md: 0.65-0.9
+#   GB/s for 4-64 MB all-reduces), bounded by the CPU, not the path.
+SHAPED_EFFICIENCY = 0.95
+LINK_ALPHA = 2.0e-3
+LOOPBACK = Link(bytes_per_s=0.8e9, alpha=1.5e-3)
+UNSHAPED_VETH = Link(bytes_per_s=0.8e9, alpha=2.0e-3)
+BITS = {None: 32, "fp16": 16, "bf16": 16, "int8": 8}
+
+
+def link_of(rate: int | None) -> Link:
+    """A bed host's link at ``rate`` bits/s (None: unshaped), as the model takes it."""
+    if rate is None:
+        return UNSHAPED_VETH
+    return Link(bytes_per_s=rate / 8 * SHAPED_EFFICIENCY, alpha=LINK_ALPHA, rate=int(rate))
+
+
+class Explanation:
+    """Figures predicted and measured side by side (``table``, a DataFrame: figure,
+    predicted, measured, ratio = measured / predicted, source) and one ``sentence`` naming
+    the bottleneck; ``prediction``: the model's own figures (``costmodel.predict``)."""
+
+    def __init__(self, table: pd.DataFrame, sentence: str, prediction: dict[str, Any], title: str) -> None:
+        self.table = table
+        self.sentence = sentence
+        self.prediction = prediction
+        self.title = title
+
+    def __repr__(self) -> str:
+        shown = self.table.copy()
+        for col in ("predicted", "measured", "ratio"):
+            shown[col] = [_fmt(v, col == "ratio") for v in shown[col]]
+        return f"{self.title}\n{self.sentence}\n\n{shown.to_string(index=False)}"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td style='text-align:left'>{html.escape(r.figure)}</td><td>{_fmt(r.predicted)}</td>"
+            f"<td>{_fmt(r.measured)}</td><td>{_ratio_html(r.ratio)}</td>"
+            f"<td style='text-align:left;color:#555'>{html.escape(r.source)}</td></tr>"
+            for r in self.table.itertuples())
+        return (f"<div class='wb-explain'><b>{html.escape(self.title)}</b><div>{html.escape(self.sentence)}</div>"
+                "<table><thead><tr><th style='text-align:left'>figure</th><th>predicted</th><th>measured</th>"
+                f"<th>measured / predicted</th><th style='text-align:left'>source</th></tr></thead><tbody>{rows}"
+                "</tbody></table></div>")
+
+
+def _fmt(value: Any, ratio: bool = False) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return ""
+    if ratio:
+        return f"{value:.2f}"
+    a = abs(value)
+    return f"{value:,.0f}" if a >= 100 else f"{value:.3g}"
+
+
+def _ratio_html(ratio: float | None) -> str:
+    if ratio is None or not math.isfinite(ratio):
+        return ""
+    color = "#2a2" if 0.8 <= ratio <= 1.25 else "#c80" if 0.5 <= ratio <= 2 else "#b00"
+    return f"<span style='color:{color}'>{ratio:.2f}</span>"
+
+
+# -- what a run is, as the model needs it ---------------------------------------------------
+
+def trainable_bytes(placement: pd.DataFrame) -> tuple[float, int]:
+    """(bytes, tensors) of one replica's trainable variables, from ``run.placement``: each
+    variable counted once (under MWMS every worker reports its own copy), shards summed.
+    Runs recorded before placement said which variables train count every model variable."""
+    v = placement[placement.variable.notna() & (placement.kind == "model")]
+    if "trainable" in v and v.trainable.notna().any():
+        v = v[v.trainable.fillna(False).astype(bool)]
+    if len(v) and (v.role == "worker").all():  # mirrored on every worker: one copy
+        v = v[v.task == v.task.min()]
+    return float(v["bytes"].sum()), int(v.variable.nunique())
+
+
+def _ps_shares(placement: pd.DataFrame) -> dict[str, float]:
+    v = placement[placement.variable.notna() & (placement.kind == "model") & (placement.role == "ps")]
+    total = float(v["bytes"].sum())
+    if not total:
+        return {}
+    return {f"ps:{int(t)}": float(b) / total for t, b in v.groupby("task")["bytes"].sum().items()}
+
+
+def _hosts(run: Any) -> dict[str, str]:
+    return {t.name: (getattr(t, "host", None) or "local") for t in run.tasks}
+
+
+def _link_rates(run: Any) -> dict[str, int | None] | None:
+    """{host: the rate its link had during the run} for a run on a test bed, else None."""
+    watch = run.links
+    if watch is not None:
+        state = watch.state(window=1e9)
+        if state:
+            return {h: s["rate"] for h, s in state.items()}
+    rates = getattr(run, "link_rates", None)
+    return rates() if callable(rates) else None
+
+
+def _parts(run: Any) -> dict[str, float] | None:
+    """A worker's mean seconds per step in each part of the anatomy, over the run's steps
+    after its first two calls; None without the anatomy."""
+    table = run.anatomy()
+    if table.empty:
+        return None
+    out = {p: float((table[p] * table.step_time).mean()) for p in ("input", "compute", "communication",
+                                                                    "waiting", "other")}
+    out["step_time"] = float(table.step_time.mean())
+    out["bytes_per_step"] = float(table.bytes_per_step.mean()) if "bytes_per_step" in table else float("nan")
+    return out
+
+
+def scenario(run: Any) -> costmodel.Scenario:
+    """``run`` as the model's ``Scenario``: its compute, input, waiting and the rest measured
+    (waiting counted with the rest: imbalance between workers, which the model does not
+    predict), its communication left to the model."""
+    job = run.job
+    spec = strategies.spec(job.strategy)
+    parts = _parts(run)
+    if parts is None or not run.step:
+        raise invalid("run", run.id, "a run that measured its steps' anatomy (anatomy=True, at least one step "
+                      "past its first two calls)", f"Run {run.id} has {'no steps' if not run.step else 'no anatomy'}.")
+    placement = run.placement
+    model_bytes, tensors = trainable_bytes(placement)
+    hosts = _hosts(run)
+    rates = _link_rates(run)
+    links = {h: link_of(r) for h, r in rates.items()} if rates else {}
+    if not links:  # one machine: every task on it, talking over its loopback
+        hosts = dict.fromkeys(hosts, "local")
+    compute = parts["compute"]
+    base = costmodel.Scenario(job.strategy, job.workers, model_bytes, 0.0, hosts, links, ps=job.ps,
+                              ps_shares=_ps_shares(placement), tensors=tensors, loopback=LOOPBACK)
+    if spec.has_ps:  # the anatomy counts a worker's pulls of the variables in its compute
+        compute = max(0.0, compute - costmodel.predict(base)["compute_time"])
+    # the pauses between calls (checkpoints, evaluations, the chief's dispatch) count in a
+    # run's steps/s but in no step's time: measured, as the rest outside communication
+    per_worker = job.workers if spec.has_ps else 1
+    rate = figures.history_figures(run.history, job.global_batch_size)["steps_per_s"]
+    pauses = max(0.0, (per_worker / rate - parts["step_time"]) / per_worker) if rate == rate and rate > 0 else 0.0
+    return costmodel.Scenario(
+        strategy=job.strategy, workers=job.workers, model_bytes=model_bytes, compute=compute, hosts=hosts,
+        links=links, ps=job.ps, ps_shares=_ps_shares(placement), tensors=tensors,
+        bits=BITS.get(getattr(job, "compression", None), 32), global_batch_size=job.global_batch_size,
+        input=parts["input"], other=parts["other"] + parts["waiting"], pauses=pauses, cores=os.cpu_count(),
+        compute_workers=job.workers, average_every=getattr(job, "average_every", 1) or 1, loopback=LOOPBACK)
+
+
+def explain(run: Any) -> Explanation:
+    """``run.explain()``: see the module's docstring."""
+    s = scenario(run)
+    p = costmodel.predict(s)
+    parts = _parts(run)
+    h = run.history
+    measured_rate = figures.history_figures(h, run.job.global_batch_size)["steps_per_s"]
+    rows = [("steps/s", p["steps_per_s"], measured_rate, "model"),
+            ("step time per worker (ms)", p["step_time"] * 1e3, parts["step_time"] * 1e3, "model"),
+            ("compute per step (ms)", p["compute_time"] * 1e3, parts["compute"] * 1e3,
+             "model: pulls of the variables" if s.strategy == "parameter_server" else "measured (the model's input)"),
+            ("communication per step (ms)", p["comm_time"] * 1e3, parts["communication"] * 1e3, "model"),
+            ("input, waiting and other per step (ms)", (s.input + s.other) * 1e3,
+             (s.input + s.other) * 1e3, "measured (the model's input)"),
+            ("pauses between calls per step (ms)", s.pauses * 1e3, s.pauses * 1e3,
+             "measured (the model's input): checkpoints, evaluations, dispatch")]
+    if s.strategy in costmodel.SYNC_RING and s.workers > 1:
+        sent = costmodel.message_bytes(s.model_bytes, s.bits, s.tensors)
+        rows.append(("bytes handed to the all-reduce per step", sent, parts["bytes_per_step"], "model"))
+    steady = _steady(h)
+    for host, b in p["bytes_per_step"].items():
+        if host == "local":
+            continue
+        for way in ("tx", "rx"):
+            rows.append((f"{host} link bytes {'sent' if way == 'tx' else 'received'} per step", b[way],
+                         _median(steady, f"link_{way}_bytes_{host}"), "model"))
+        if host in p["link_util"]:
+            rows.append((f"{host} link use", p["link_util"][host], _median(steady, f"link_util_{host}"), "model"))
+    for ps, load in p["ps_load"].items():
+        measured = None
+        host = s.hosts.get(ps)
+        if host and f"link_tx_bytes_{host}" in steady:
+            measured = _median(steady, f"link_tx_bytes_{host}") * measured_rate
+        rows.append((f"{ps} load (bytes/s pulled)", load, measured, "model"))
+    import pandas as pd
+
+    table = pd.DataFrame(rows, columns=["figure", "predicted", "measured", "source"])
+    table["ratio"] = [m / q if m is not None and q and math.isfinite(m) and math.isfinite(q) else float("nan")
+                      for q, m in zip(table.predicted, table.measured)]
+    table = table[["figure", "predicted", "measured", "ratio", "source"]]
+    ratio = measured_rate / p["steps_per_s"] if p["steps_per_s"] else float("nan")
+    sentence = f"{p['why']}, measured {measured_rate:.3g} ({ratio:.2f})."
+    return Explanation(table, sentence, p, f"run {run.id}: {s.strategy}, {s.workers} worker(s), {s.ps} PS")
+
+
+def _steady(h: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the stretch the run's steps/s counts."""
+    if not len(h):
+        return h
+    first, _, last, _ = figures.steady_stretch(h)
+    return h[(h.step > first) & (h.step <= last)]
+
+
+def _median(df: pd.DataFrame, col: str) -> float | None:
+    if col not in df or not df[col].notna().any():
+        return None
+    return float(df[col].median())
+
+
+# -- runs not made --------------------------------------------------------------------------
+
+AS_CALIBRATED = "as calibrated"
+
+
+def predict(calibration: Any, *, workers: int | None = None, ps: int | None = None, link: str | None = AS_CALIBRATED,
+            model_bytes: float | None = None, compression: str | None = AS_CALIBRATED,
+            global_batch_size: int | None = None, cores: int | None | str = AS_CALIBRATED,
+            device: str = "cpu") -> Explanation:
+    """``wb.predict(run, workers=8, link="1gbit", ...)``: the figures of a run like
+    ``calibration`` (a finished run that measured its anatomy) but with another number of
+    ``workers`` or ``ps`` tasks, another ``link`` rate for every host ("1gbit"; None:
+    unshaped), another ``model_bytes`` (trainable bytes), ``compression`` (None, "fp16",
+    "bf16", "int8") or ``global_batch_size``. Each worker runs on a host of its own, each
+    PS task too; ``cores``: the cores all hosts share (default: as the calibration ran, on
+    this machine; None: each host its own, as on real machines). Compute scales with the
+    examples and parameters per worker: the calibration's seconds per example and
+    parameter, at its share of the cores."""
+    if device != "cpu":
+        raise invalid("device", device, "'cpu': the calibration measured this machine's CPU; a GPU's compute "
+                      "cannot be derived from it (calibrate with a run on that GPU)")
+    base = scenario(calibration)
+    spec = strategies.spec(base.strategy)
+    n = base.workers if workers is None else validate.positive_int("workers", workers)
+    k = base.ps if ps is None else validate.positive_int("ps", ps, minimum=0)
+    validate.topology(spec, n, k)
+    bits = base.bits if compression == AS_CALIBRATED else BITS.get(compression)
+    if bits is None:
+        raise invalid("compression", compression, "None, 'fp16', 'bf16' or 'int8'")
+    if bits != 32 and not spec.compressible:
+        raise invalid("compression", compression, f"None with strategy={base.strategy!r} (nothing is all-reduced)")
+    size = base.model_bytes if model_bytes is None else validate.positive_float("model_bytes", model_bytes)
+    batch = base.global_batch_size if global_batch_size is None else \
+        validate.positive_int("global_batch_size", global_batch_size)
+    shared = base.cores if cores == AS_CALIBRATED else cores
+    if shared is not None:
+        shared = validate.positive_int("cores", shared)
+    # one worker's compute alone, per example and parameter, then at the new shape
+    alone = base.compute / max(1.0, base.compute_workers / base.cores) if base.cores else base.compute
+    per_worker = batch / n if spec.synchronous else batch
+    base_per_worker = base.global_batch_size / base.workers if spec.synchronous else base.global_batch_size
+    compute = alone * (per_worker / base_per_worker) * (size / base.model_bytes)
+    hosts = {f"worker:{i}": f"w{i}" for i in range(n)}
+    hosts.update({f"ps:{j}": f"p{j}" for j in range(k)})
+    if spec.has_ps:
+        hosts["chief:0"] = "c0"
+    if link == AS_CALIBRATED and not base.links:  # calibrated on one machine: predicted on one machine
+        hosts = dict.fromkeys(hosts, "local")
+        host_link = {}
+    else:
+        rate = next(iter(base.links.values())).rate if link == AS_CALIBRATED else parse_rate(link, "link")
+        host_link = {h: link_of(rate) for h in set(hosts.values())}
+    s = costmodel.Scenario(
+        strategy=base.strategy, workers=n, model_bytes=size, compute=compute, hosts=hosts, links=host_link, ps=k,
+        tensors=base.tensors, bits=bits, global_batch_size=batch, input=base.input, other=base.other,
+        pauses=base.pauses, cores=shared, compute_workers=1, average_every=base.average_every, loopback=LOOPBACK)
+    p = costmodel.predict(s)
+    one = costmodel.predict(costmodel.Scenario(
+        strategy="single", workers=1, model_bytes=size, compute=alone * (batch / base_per_worker if spec.synchronous
+                                                                      else 1) * (size / base.model_bytes),
+        hosts={"worker:0": "local"}, global_batch_size=batch, input=base.input, other=base.other))
+    examples = p["steps_per_s"] * batch
+    speedup = examples / (one["steps_per_s"] * batch) if one["steps_per_s"] else float("nan")
+    rows = [("steps/s", p["steps_per_s"]), ("examples/s", examples),
+            ("speed-up over one worker with the same global batch", speedup),
+            ("scaling efficiency (speed-up / workers)", speedup / n),
+            ("step time per worker (ms)", p["step_time"] * 1e3), ("compute per step (ms)", p["compute_time"] * 1e3),
+            ("communication per step (ms)", p["comm_time"] * 1e3)]
+    for host, b in p["bytes_per_step"].items():
+        if host != "local":
+            rows.append((f"{host} link bytes per step", max(b.values())))
+    for host, u in p["link_util"].items():
+        rows.append((f"{host} link use", u))
+    for ps_task, load in p["ps_load"].items():
+        rows.append((f"{ps_task} load (bytes/s pulled)", load))
+    import pandas as pd
+
+    table = pd.DataFrame([(f, v, float("nan"), float("nan"), "model") for f, v in rows],
+                         columns=["figure", "predicted", "measured", "ratio", "source"])
+    if not host_link:
+        where = "one machine"
+    else:
+        rate = next(iter(host_link.values())).rate
+        where = f"a host each, links at {rate / 1e6:g} Mbit/s" if rate else "a host each, links unshaped"
+    cores_note = f", all sharing {shared} cores" if shared else ", each host its own cores"
+    title = (f"predicted from run {calibration.id}: {s.strategy}, {n} worker(s), {k} PS, global batch {batch}, "
+             f"{where}{cores_note}")
+    return Explanation(table, p["why"] + ".", p, title)
