@@ -38,6 +38,8 @@ def test_dashboard_follows_a_parameter_server_run_and_stops_it(cluster):
     assert len(set(seen)) >= 3 and seen == sorted(seen), f"the loss chart should grow while training: {seen[:20]}"
     assert "ps:0" in dash.placement.value and "chief:0" in dash.placement.value
     assert "examples/s" in dash.thr_text.value and "steps/s" in dash.thr_text.value
+    # the cost model's line, live: the bottleneck named, predicted against measured
+    wait_for(lambda: "predicted" in dash.model.value and "measured" in dash.model.value, 30, lambda: dash.model.value)
     # one state model: while the chief trains, the PS task and the worker serve it
     assert run.task_states() == {"chief:0": "running", "ps:0": "serving", "worker:0": "serving"}, run.task_states()
     assert len(dash.acc_points.x) >= 1  # test accuracy every 200 steps
@@ -62,6 +64,7 @@ def test_dashboard_follows_a_parameter_server_run_and_stops_it(cluster):
     drawings = render.svgs_in(snapshot)  # images, which a notebook not yet trusted shows too
     assert len(drawings) == 3 and "<svg" not in snapshot, snapshot[:500]
     assert "ps:0" in drawings[2] and "Loss" in drawings[0] and "Throughput" in drawings[1]
+    assert "Predicted, then measured" in snapshot and "ps:0 load" in snapshot  # the saved output has the model too
 
 
 def test_dashboard_shows_the_error_in_full_and_scaling_efficiency(cluster):

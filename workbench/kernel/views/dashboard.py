@@ -115,6 +115,7 @@ class Dashboard:
 
         # -- placement, status, controls -----------------------------------------------
         self.anatomy = W.HTML()  # inside a step: a stacked bar per worker
+        self.model = W.HTML()  # the cost model's prediction beside the measurement (run.explain)
         self._anatomy_at = (0, 0.0)  # (rows, monotonic time) of its last drawing
         self.placement = W.HTML("<i>waiting for the tasks to report…</i>")
         self.placement.add_class("wb-placement")
@@ -144,6 +145,7 @@ class Dashboard:
             W.HBox([self.progress, self.status, self.stop_button]),
             W.HBox([loss_box, thr_box], layout=W.Layout(flex_flow="row wrap")),
             self.anatomy,
+            self.model,
             W.HTML("<b>Device placement</b>"), self.placement,
             self.engines, self.error, *([self.faults.widget] if self.faults else []),
         ])
@@ -247,6 +249,8 @@ class Dashboard:
         if stats.rows != self._anatomy_at[0] and (run.done or time.monotonic() - self._anatomy_at[1] > 1.0):
             self._anatomy_at = (stats.rows, time.monotonic())
             self.anatomy.value = render.inside_step_html(run)
+            if getattr(run.job, "anatomy", True):
+                self.model.value = render.model_html(run)
         self.progress.value = min(run.step, run.job.steps)
         self.status.value = f"<span class='wb-state'>{html.escape(self._status_text())}</span>"
         if self._placement_rows[0] != run.log.event_count:  # rebuilt only when a task reports

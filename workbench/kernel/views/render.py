@@ -357,6 +357,22 @@ def figures_text(fig: dict, where: str) -> list[str]:
             f"step time {fig['step_time'] * 1000:.2f} ms ({where})"]
 
 
+def model_html(run: Any) -> str:
+    """The cost model's line (``run.explain()``): the sentence naming the bottleneck, with
+    predicted against measured, and the whole table folded under it; a note while the run
+    has no steps the model can read (its first two calls trace)."""
+    from workbench.errors import ConfigError
+
+    try:
+        e = run.explain()
+    except ConfigError:
+        return ("<div class='wb-model' style='font:12px sans-serif;color:#555'><b>Predicted, then measured</b> · "
+                "waiting for steps past the first two calls</div>")
+    return (f"<div class='wb-model' style='font:12px sans-serif'><b>Predicted, then measured</b> · "
+            f"{html.escape(e.sentence)}<details><summary>the model's figures</summary>{e._repr_html_()}"
+            "</details></div>")
+
+
 def snapshot_html(run: Any, status: str) -> str:
     """The whole dashboard as static HTML: status, speed figures, loss, throughput, placement."""
     from workbench.common import figures
@@ -391,6 +407,7 @@ def snapshot_html(run: Any, status: str) -> str:
         parts.append(f"<div class='wb-first-call' style='color:#555'>{FIRST_CALL_NOTE}</div>")
     if hasattr(run, "anatomy"):
         parts.append(inside_step_html(run))
+        parts.append(model_html(run))
     tasks, variables = placement_tables(run.placement)
     if tasks:
         parts.append(svg_img(placement_svg(tasks, variables, links=link_state(run)), "device placement"))
