@@ -1,0 +1,195 @@
+"""The cost model against the test bed: measured / predicted over a grid of runs.
+
+    python bench/predict.py            # full: ~25 minutes on 2 cores (needs root: wb.testbed)
+    python bench/predict.py --quick    # smoke: 3 cells
+
+Ring all-reduce (multi_worker_mirrored) with 2, 3 and 4 workers x links of 50, 100 and 200
+Mbit/s x MLPs of ~0.3, 1 and 4 MB of gradients x 32, 16 and 8-bit messages; parameter
+servers with 1, 2 and 3 workers x 1 and 2 PS tasks. One engine per emulated host. Each
+cell is one run explained by ``run.explain()``: the model takes the run's own compute and
+overheads as measured and predicts its communication, so steps/s measured / predicted
+tests the model of the network; bytes per link are the links' counters against the
+formula's bytes. Targets (issue 38) where the link is the bottleneck: median steps/s ratio
+in 0.9-1.1, every cell in 0.8-1.25, bytes per link in 0.95-1.1. Writes predict.json,
+predict.md and predict.png (measured against predicted steps/s, a point per cell) to
+bench/results/.
+"""
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import workbench as wb
+
+OUT = Path(__file__).resolve().parent / "results"
+FEATURES = 256
+MODELS = {"0.3 MB": 0.3e6, "1 MB": 1e6, "4 MB": 4e6}
+RATES = ["50mbit", "100mbit", "200mbit"]
+BITS = {"fp32": None, "fp16": "fp16", "int8": "int8"}
+PER_WORKER = 32  # examples per worker and step
+STEADY_S = 8.0  # seconds of steps after the skipped first calls, as predicted
+
+
+def model_for(model_bytes):
+    """An MLP FEATURES-h-10 whose float32 weights and biases take about ``model_bytes``."""
+    h = max(1, round((model_bytes / 4 - 10) / (FEATURES + 1 + 10)))
+    return wb.models.mlp((h,))
+
+
+def cell(cluster, bed, data, strategy, workers, ps, rate, model_bytes, compression, guess):
+    """One run of the grid, explained: a dict of its predicted and measured figures."""
+    for host in bed.hosts:
+        bed.set_link(host, rate)
+    spe = 2  # calls of 2 steps: the first two (tracing) skipped, then many to time
+    steps = int(min(300, max(24, 4 + STEADY_S * guess)))
+    batch = PER_WORKER * workers if strategy == "multi_worker_mirrored" else PER_WORKER
+    run = cluster.train(model_for(model_bytes), data, strategy=strategy, workers=workers, ps=ps,
+                        global_batch_size=batch, steps=steps, steps_per_execution=spe, checkpoint_every=0,
+                        compression=compression, learning_rate=0.01, seed=0, dashboard=False).wait(timeout=1800)
+    e = run.explain()
+    t = e.table.set_index("figure")
+    sent = t[t.index.str.contains("link bytes sent per step")]
+    return {
+        "strategy": strategy, "workers": workers, "ps": ps, "rate": rate, "model_bytes": model_bytes,
+        "compression": compression or "fp32", "steps": steps,
+        "predicted": float(t.loc["steps/s", "predicted"]), "measured": float(t.loc["steps/s", "measured"]),
+        "ratio": float(t.loc["steps/s", "ratio"]),
+        "bytes_ratios": [float(r) for r in sent.ratio if r == r],
+        "bottleneck": e.prediction["bottleneck"], "sentence": e.sentence,
+    }
+
+
+def grid(quick):
+    ring = list(itertools.product([2, 3, 4], RATES, MODELS, BITS))
+    ps = list(itertools.product([1, 2, 3], [1, 2]))
+    if quick:
+        ring = [(2, "100mbit", "0.3 MB", "fp32"), (3, "100mbit", "0.3 MB", "int8")]
+        ps = [(2, 1)]
+    return ring, ps
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args(argv)
+    t0 = time.time()
+    try:
+        bed = wb.testbed(hosts=6)
+    except wb.TestbedError as e:  # no root / no openssh-server: say so, write no numbers
+        print(f"predict benchmark skipped: {e}")
+        OUT.mkdir(exist_ok=True)
+        (OUT / "predict.md").write_text(f"Skipped: {e}\n")
+        (OUT / "predict.json").write_text(json.dumps({"skipped": str(e)}))
+        return
+    ring, ps_cells = grid(args.quick)
+    data = wb.datasets.synthetic(examples=4096, features=FEATURES)
+    cells = []
+    with bed, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # TF's servers on the bed's network: expected here
+        with wb.Cluster(**bed.ssh_cluster(1), timeout=180) as cluster:
+            for n, rate, model, bits in ring:
+                guess = _guess(n, rate, MODELS[model], bits)  # steps/s from the formula alone: sizes the run
+                cells.append(cell(cluster, bed, data, "multi_worker_mirrored", n, 0, rate, MODELS[model],
+                                  BITS[bits], guess))
+                print(_line(cells[-1]), flush=True)
+            for n, k in ps_cells:
+                cells.append(cell(cluster, bed, data, "parameter_server", n, k, "100mbit", MODELS["1 MB"], None,
+                                  _guess(2, "100mbit", 2 * MODELS["1 MB"], "fp32") * n))
+                print(_line(cells[-1]), flush=True)
+    meta = {"quick": args.quick, "seconds": round(time.time() - t0, 1),
+            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+                       f"Python {sys.version.split()[0]}"}
+    summary = summarize(cells)
+    OUT.mkdir(exist_ok=True)
+    (OUT / "predict.json").write_text(json.dumps({"meta": meta, "summary": summary, "cells": cells}, indent=1))
+    table = markdown(cells, summary, meta)
+    (OUT / "predict.md").write_text(table)
+    plot(cells)
+    print(table)
+
+
+def _guess(n, rate, model_bytes, bits):
+    from workbench.common import costmodel, rates
+
+    S = costmodel.message_bytes(model_bytes, {"fp32": 32, "fp16": 16, "int8": 8}[bits])
+    moved = costmodel.gather_bytes(S, n) if bits == "int8" else costmodel.ring_bytes(S, n)
+    return 1 / (moved * 8 / rates.parse_rate(rate) + 0.01)
+
+
+def _line(c):
+    return (f"{c['strategy']} n={c['workers']} ps={c['ps']} {c['rate']} {c['model_bytes'] / 1e6:g} MB "
+            f"{c['compression']}: measured {c['measured']:.3g} / predicted {c['predicted']:.3g} steps/s = "
+            f"{c['ratio']:.2f}; bytes {_span(c['bytes_ratios'])}; {c['bottleneck']}")
+
+
+def _span(values):
+    return f"{min(values):.3f}-{max(values):.3f}" if values else "-"
+
+
+def summarize(cells):
+    bound = [c for c in cells if c["bottleneck"].startswith("network")]
+    ratios = [c["ratio"] for c in bound]
+    data = [r for c in cells for r in c["bytes_ratios"]]
+    return {
+        "cells": len(cells), "network_bound": len(bound),
+        "steps_ratio_median": statistics.median(ratios) if ratios else None,
+        "steps_ratio_min": min(ratios, default=None), "steps_ratio_max": max(ratios, default=None),
+        "within_0.8_1.25": sum(0.8 <= r <= 1.25 for r in ratios),
+        "bytes_ratio_min": min(data, default=None), "bytes_ratio_max": max(data, default=None),
+        "bytes_within_0.95_1.1": sum(0.95 <= r <= 1.1 for r in data), "bytes_cells": len(data),
+    }
+
+
+def markdown(cells, s, meta):
+    def r(v):
+        return "-" if v is None else f"{v:.2f}"
+
+    lines = [f"Cost model against the test bed: steps/s measured / predicted, median [min-max] over "
+             f"{s['network_bound']} network-bound cells of {s['cells']}: {r(s['steps_ratio_median'])} "
+             f"[{r(s['steps_ratio_min'])}-{r(s['steps_ratio_max'])}], {s['within_0.8_1.25']} within 0.8-1.25; "
+             f"bytes per link measured / predicted {r(s['bytes_ratio_min'])}-{r(s['bytes_ratio_max'])} "
+             f"({s['bytes_within_0.95_1.1']} of {s['bytes_cells']} within 0.95-1.1). Machine: {meta['machine']}, "
+             f"{meta['seconds']:.0f} s.", "",
+             "| strategy | workers | PS | link | model | bits | predicted steps/s | measured | ratio | bytes ratio | bottleneck |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for c in cells:
+        lines.append(f"| {c['strategy']} | {c['workers']} | {c['ps']} | {c['rate']} | {c['model_bytes'] / 1e6:g} MB "
+                     f"| {c['compression']} | {c['predicted']:.3g} | {c['measured']:.3g} | {c['ratio']:.2f} "
+                     f"| {_span(c['bytes_ratios'])} | {c['bottleneck']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(cells):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    for (strategy, bound), marker in ((("multi_worker_mirrored", True), "o"), (("multi_worker_mirrored", False), "x"),
+                                      (("parameter_server", True), "s"), (("parameter_server", False), "+")):
+        pts = [c for c in cells if c["strategy"] == strategy and c["bottleneck"].startswith("network") == bound]
+        if pts:
+            ax.scatter([c["predicted"] for c in pts], [c["measured"] for c in pts], marker=marker, s=22,
+                       label=f"{'ring' if strategy == 'multi_worker_mirrored' else 'parameter server'}, "
+                             f"{'network' if bound else 'not network'}-bound")
+    values = [v for c in cells for v in (c["predicted"], c["measured"]) if v > 0]
+    lo, hi = min(values) / 1.3, max(values) * 1.3
+    for f, style in ((1.0, "-"), (0.8, ":"), (1.25, ":")):
+        ax.plot([lo, hi], [lo * f, hi * f], style, color="#888", linewidth=0.8)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="predicted steps/s",
+           ylabel="measured steps/s", title="Cost model against the test bed (lines: x1, x0.8, x1.25)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(OUT / "predict.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
