@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from workbench import cli
 from workbench.common import options
 from workbench.kernel.runs.job import make_job
 
@@ -91,8 +92,21 @@ def test_the_good_arguments_pass():
     assert job.steps_per_execution == 10 and job.workers == 2
 
 
+@pytest.mark.parametrize("strategy,workers,ps,engines", [
+    ("single", 1, 0, 1), ("mirrored", 1, 0, 1), ("multi_worker_mirrored", 2, 0, 2),
+    ("parameter_averaging", 2, 0, 2), ("parameter_server", 2, 1, 4)])
+def test_workers_and_ps_left_out_follow_the_strategy(strategy, workers, ps, engines):
+    """``strategy="single"`` alone is a run, not a refusal of ``workers=2``, a value the user
+    never gave; in the API and in the CLI (``python -m workbench train --strategy single``)."""
+    job = make_job(4, **{**GOOD, "strategy": strategy})
+    assert (job.workers, job.ps) == (workers, ps)
+    args = cli._parser().parse_args(["train", "--strategy", strategy, "--global-batch-size", "64"])
+    cli.check(GOOD["model"], GOOD["data"], {o.name: getattr(args, o.name) for o in options.TRAINING if o.cli})
+    assert cli._engines_needed(args.strategy, args.workers, args.ps) == engines
+
+
 def test_long_parameter_server_runs_default_to_20_steps_per_call():
-    pss = {**GOOD, "strategy": "parameter_server", "ps": 1}
+    pss = {**GOOD, "strategy": "parameter_server"}
     assert make_job(4, **{**pss, "steps": 999}).steps_per_execution == 10
     assert make_job(4, **{**pss, "steps": 1000}).steps_per_execution == 20
     assert make_job(4, **{**pss, "steps": 1000, "steps_per_execution": 7}).steps_per_execution == 7

@@ -31,6 +31,7 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
               variable_partitioner, devices, average_every, metrics, eval_data, compression, anatomy):
     strategy = validate.choice("strategy", strategy, strategies.names())
     spec = strategies.spec(strategy)
+    workers, ps = spec.with_defaults(workers, ps)
     validate.topology(spec, workers, ps, available=available)
     if not callable(model):
         raise invalid("model", model, "a callable that returns a keras.Model or tf.Module "
