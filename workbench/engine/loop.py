@@ -78,8 +78,7 @@ def _state(strategy, job):
         opt = build.optimizer(job)
         opt.build(build.trainable(model))
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    build.check_fit(model, job, build.loss(job))
-    build.eval_batches(job)  # a dataset_fn's evaluation data is checked now, not after training
+    build.check_fit(model, job, build.loss(job))  # the evaluation data too: now, not after training
     ckpt = tf.train.Checkpoint(model=model, optimizer=opt, step=step)
     return model, opt, step, ckpt
 
