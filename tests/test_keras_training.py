@@ -203,6 +203,28 @@ def test_a_dataset_fn_user_gets_evaluation_and_auc(cluster):
     assert bad.final_step == 0
 
 
+@ipp.interactive
+def narrow_eval_fn(input_context):
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices((tf.zeros((64, 10)), tf.zeros((64,), tf.int32))).batch(32)
+
+
+@pytest.mark.parametrize("eval_data", [(np.zeros((64, 10), "float32"), np.zeros(64, "int32")), narrow_eval_fn],
+                         ids=["numpy", "dataset_fn"])
+def test_evaluation_data_the_model_cannot_take_fails_before_training_naming_eval_data(cluster, eval_data):
+    """Training from a dataset_fn, only the engines know the model's input shape: evaluation
+    data of another width fails there before the first step, naming eval_data (it failed
+    after training, at the evaluation, with a Keras layer error)."""
+    run = cluster.train(binary, train_fn, eval_data=eval_data, loss="binary_crossentropy", global_batch_size=64,
+                        steps=5, checkpoint_every=0, **SYNC["single"])
+    with pytest.raises(wb.EngineError, match=r"argument 'eval_data'. Received: examples of shape \(10,\). Expected "
+                       r"examples the model accepts; calling it on (two of )?them failed: ValueError: .*is incompatible "
+                       r"with the layer"):
+        run.wait(timeout=300)
+    assert run.final_step == 0
+
+
 def test_placement_lists_adam_state_beside_sharded_variables(cluster):
     run = cluster.train(wb.models.module_mlp(input_dim=64), DIGITS, strategy="parameter_server", workers=1,
                         ps=2, variable_partitioner=2, optimizer="adam", learning_rate=0.01, global_batch_size=128,

@@ -39,9 +39,9 @@ BAD_TRAIN = [
     ({"loss": "crossentropy"}, "loss", "Expected one of"),
     ({"model": "mlp"}, "model", "a callable that returns a keras.Model"),
     ({"data": [1, 2, 3]}, "data", "wb.datasets.digits()"),
-    ({"data": (np.zeros((10, 4)), np.zeros(9))}, "y", "one label per example"),
-    ({"data": (np.zeros((0, 4)), np.zeros(0))}, "x", "a non-empty array"),
-    ({"data": (np.array([[0.0, np.nan], [1.0, 2.0]]), np.zeros(2))}, "x", "1 NaN or infinite values"),
+    ({"data": (np.zeros((10, 4)), np.zeros(9))}, "data", "Received: data='y: array of shape (9,)'. Expected one label per example"),
+    ({"data": (np.zeros((0, 4)), np.zeros(0))}, "data", "a non-empty array"),
+    ({"data": (np.array([[0.0, np.nan], [1.0, 2.0]]), np.zeros(2))}, "data", "1 NaN or infinite values"),
     ({"seed": -1}, "seed", "an int >= 0"),
     ({"steps_per_execution": 0}, "steps_per_execution", "an int >= 1"),
     ({"devices": 2}, "devices", "logical devices are for 'mirrored' and 'single'"),
@@ -54,7 +54,7 @@ BAD_TRAIN = [
     ({"variable_partitioner": 2}, "variable_partitioner", "only parameter_server shards"),
     ({"strategy": "parameter_server", "ps": 1, "variable_partitioner": "fixed"}, "variable_partitioner", "a number of shards"),
     ({"checkpoint_every": -5}, "checkpoint_every", "an int >= 0"),
-    ({"data": (np.zeros((4, 2)), np.array(["cat", "dog", "cat", "dog"]))}, "y", "np.unique(y, return_inverse=True)"),
+    ({"data": (np.zeros((4, 2)), np.array(["cat", "dog", "cat", "dog"]))}, "data", "np.unique(y, return_inverse=True)"),
     ({"optimizer": lambda: None}, "learning_rate", "brings its own learning rate"),
     ({"optimizer": lambda: None, "learning_rate": None, "momentum": 0.9}, "momentum", "set it in the optimizer"),
     ({"optimizer": 3}, "optimizer", "a keras.optimizers.Optimizer object"),
@@ -65,6 +65,10 @@ BAD_TRAIN = [
     ({"metrics": [3]}, "metrics", "a Keras metric name or a keras.metrics.Metric object"),
     ({"loss": "mean_squared_error", "metrics": ["accuracy"]}, "metrics", "a specific accuracy"),
     ({"eval_data": [1, 2]}, "eval_data", "numpy (x, y)"),
+    ({"eval_data": (np.zeros((10, 64)), np.zeros(9))}, "eval_data", "Received: eval_data='y: array of shape (9,)'"),
+    ({"eval_data": (np.zeros((10, 10)), np.zeros(10))}, "eval_data",
+     "Received: eval_data='examples of shape (10,)'. Expected examples of the shape data has, which the model trains on: (64,)"),
+    ({"eval_data": wb.datasets.synthetic(examples=20, features=10)}, "eval_data", "examples of shape (10,)"),
 ]
 
 

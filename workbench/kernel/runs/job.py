@@ -38,6 +38,8 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
                       "(for example wb.models.mlp() or a function that builds one)")
     data = _data(data)
     eval_data = None if eval_data is None else _data(eval_data, "eval_data", held_out=True)
+    if isinstance(data, Data) and isinstance(eval_data, Data):
+        _evaluable(data, eval_data)
     loss, loss_name = keras_args.loss(loss)
     momentum = validate.fraction("momentum", momentum)
     optimizer, learning_rate = keras_args.optimizer(optimizer, learning_rate, momentum)
@@ -114,6 +116,15 @@ def _listed(flag, quote=True):
     return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def _evaluable(data, eval_data):
+    """Evaluation feeds the model what training does: ``eval_data``'s examples must have the
+    shape of ``data``'s (whether the model takes them is checked on the engines, before
+    training, where the model is)."""
+    if eval_data.input_shape != data.input_shape:
+        raise invalid("eval_data", f"examples of shape {eval_data.input_shape}",
+                      f"examples of the shape data has, which the model trains on: {data.input_shape}")
+
+
 def _data(data, name="data", held_out=False):
     """``data`` (or ``eval_data``, whose numpy arrays are all held out for evaluation) as a
     ``Data`` or a dataset_fn."""
@@ -131,8 +142,8 @@ def _data(data, name="data", held_out=False):
         if any(a.dtype == object for a in arrays):
             raise invalid(name, "arrays of dtype object", "numeric arrays (x, y)")
         if held_out and len(arrays) == 2:
-            return datasets.from_numpy(*arrays, name="eval_data", test_fraction=1.0)
-        return datasets.from_numpy(*arrays)
+            return datasets.from_numpy(*arrays, name="eval_data", test_fraction=1.0, argument=name)
+        return datasets.from_numpy(*arrays, argument=name)
     if callable(data):
         return data
     raise invalid(name, type(data).__name__,
