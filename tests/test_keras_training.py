@@ -194,13 +194,45 @@ def test_a_dataset_fn_user_gets_evaluation_and_auc(cluster):
                         metrics=[keras.metrics.AUC(name="auc"), "accuracy"], learning_rate=0.5,
                         global_batch_size=64, steps=150, checkpoint_every=0, **SYNC["multi_worker_mirrored"])
     run.wait(timeout=300)
-    assert run.evaluation["test_auc"] > 0.95 and run.evaluation["test_binary_accuracy"] > 0.85
-    assert run.history.auc.between(0, 1 + 1e-6).all() and "binary_accuracy" in run.history
+    # "accuracy" of one output unit is binary accuracy, as Keras' compile makes it
+    assert run.evaluation["test_auc"] > 0.95 and run.evaluation["test_accuracy"] > 0.85
+    assert run.history.auc.between(0, 1 + 1e-6).all() and run.history.accuracy.iloc[-10:].mean() > 0.8
     bad = cluster.train(binary, train_fn, eval_data=repeating_eval_fn, loss="binary_crossentropy",
                         global_batch_size=64, steps=5, checkpoint_every=0, **SYNC["multi_worker_mirrored"])
     with pytest.raises(wb.EngineError, match="argument 'eval_data'. Received: a dataset_fn whose dataset repeats"):
         bad.wait(timeout=300)
     assert bad.final_step == 0
+
+
+@ipp.interactive
+def per_example_loss(y_true, y_pred):
+    """A user's loss, a plain callable: nothing in its name says what accuracy means."""
+    import keras
+
+    return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+
+
+ONE_HOT = wb.datasets.from_numpy(DIGITS.x_train, np.eye(10, dtype="float32")[DIGITS.y_train],
+                                 DIGITS.x_test, np.eye(10, dtype="float32")[DIGITS.y_test])
+
+
+def test_accuracy_is_resolved_from_the_labels_and_outputs_as_keras_compile_does(cluster):
+    """``metrics=["accuracy"]`` with any loss: class indices give sparse categorical accuracy,
+    one-hot labels categorical accuracy (one output unit: binary, in the dataset_fn test
+    above), in the accuracy column and ``test_accuracy``, which is Keras' own metric of the
+    final model on the test split. A callable loss was refused ("Expected a specific
+    accuracy"); a loss object of one-hot labels gave no test_accuracy."""
+    import keras
+
+    cases = [(per_example_loss, DIGITS, keras.metrics.SparseCategoricalAccuracy()),
+             (keras.losses.CategoricalCrossentropy(from_logits=True), ONE_HOT, keras.metrics.CategoricalAccuracy())]
+    for loss, data, reference in cases:
+        run = cluster.train(plain, data, loss=loss, metrics=["accuracy"], **SYNC["single"], **ARGS).wait(timeout=300)
+        model = plain()
+        model.set_weights(run.weights())
+        reference.update_state(data.y_test, model(data.x_test))
+        assert abs(run.evaluation["test_accuracy"] - float(reference.result())) < 1e-6, type(reference).__name__
+        assert run.evaluation["test_accuracy"] > 0.8 and run.history.accuracy.iloc[-10:].mean() > 0.7
 
 
 @ipp.interactive

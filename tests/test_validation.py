@@ -63,7 +63,6 @@ BAD_TRAIN = [
     ({"metrics": ["loss"]}, "metrics", "not already columns of run.history"),
     ({"metrics": ["mae", "mae"]}, "metrics", "not already columns of run.history"),
     ({"metrics": [3]}, "metrics", "a Keras metric name or a keras.metrics.Metric object"),
-    ({"loss": "mean_squared_error", "metrics": ["accuracy"]}, "metrics", "a specific accuracy"),
     ({"eval_data": [1, 2]}, "eval_data", "numpy (x, y)"),
     ({"eval_data": (np.zeros((10, 64)), np.zeros(9))}, "eval_data", "Received: eval_data='y: array of shape (9,)'"),
     ({"eval_data": (np.zeros((10, 10)), np.zeros(10))}, "eval_data",
@@ -107,6 +106,15 @@ def test_workers_and_ps_left_out_follow_the_strategy(strategy, workers, ps, engi
     args = cli._parser().parse_args(["train", "--strategy", strategy, "--global-batch-size", "64"])
     cli.check(GOOD["model"], GOOD["data"], {o.name: getattr(args, o.name) for o in options.TRAINING if o.cli})
     assert cli._engines_needed(args.strategy, args.workers, args.ps) == engines
+
+
+def test_accuracy_is_taken_with_any_loss():
+    """``metrics=["accuracy"]`` is the run's accuracy column and ``test_accuracy`` whatever the
+    loss: the engines resolve it from the labels' and outputs' shapes, as Keras' compile does."""
+    for loss in ("mean_squared_error", "binary_crossentropy", lambda y_true, y_pred: y_pred):
+        job = make_job(4, **{**GOOD, "loss": loss, "metrics": ["accuracy", "mae"]})
+        assert job.classifies and job.metrics == ("mae",)
+    assert not make_job(4, **{**GOOD, "loss": "mean_squared_error", "metrics": ["mae"]}).classifies
 
 
 def test_long_parameter_server_runs_default_to_20_steps_per_call():

@@ -150,7 +150,8 @@ def _check_examples(m, job, loss_fn, name, data):
             f"Invalid value for argument '{name}'. Received: examples of shape {tuple(x.shape[1:])}. "
             f"Expected examples the model accepts; calling it on two of them failed: {_reason(e)}"
         ) from None
-    if job.classifies and pred.shape[-1] < data.classes:
+    sparse = job.loss_name == "sparse_categorical_crossentropy" or accuracy_kind(y, pred) == "sparse"
+    if job.classifies and sparse and pred.shape[-1] < data.classes:
         raise ValueError(
             f"Invalid value for argument '{name}'. Received: labels 0..{data.classes - 1} ({data.classes} classes). "
             f"Expected at most the {pred.shape[-1]} classes the model outputs."
@@ -173,6 +174,31 @@ def _check_examples(m, job, loss_fn, name, data):
             f"Invalid value for argument 'loss'. Received: a loss ({_name(job.loss)}) that returns shape "
             f"{tuple(values.shape)} for 2 examples. Expected one value per example: shape (2,)."
         )
+
+
+def accuracy_kind(y: Any, pred: Any) -> str:
+    """What "accuracy" means for labels ``y`` and outputs ``pred``, from their shapes, as Keras'
+    ``compile`` resolves ``metrics=["accuracy"]`` (``is_binary_or_sparse_categorical`` in
+    keras/src/trainers/compile_utils.py): one output unit: "binary"; labels of lower rank
+    than the outputs, or one label per example against several outputs: "sparse"; else
+    "categorical" (one-hot labels)."""
+    if pred.shape[-1] == 1:
+        return "binary"
+    if len(y.shape) < len(pred.shape) or y.shape[-1] == 1 and pred.shape[-1] > 1:
+        return "sparse"
+    return "categorical"
+
+
+def accuracy(y: Any, pred: Any) -> tf.Tensor:
+    """Each example's accuracy (1.0 right, 0.0 wrong; a mean over its values when it has
+    several outputs, multi-label binary ones), by Keras' own function of ``accuracy_kind``."""
+    import keras
+    import tensorflow as tf
+
+    fn = {"binary": keras.metrics.binary_accuracy, "sparse": keras.metrics.sparse_categorical_accuracy,
+          "categorical": keras.metrics.categorical_accuracy}[accuracy_kind(y, pred)]
+    values = tf.cast(fn(y, pred), tf.float32)
+    return tf.reduce_mean(values, axis=list(range(1, values.shape.rank))) if values.shape.rank > 1 else values
 
 
 def users(fn: Callable) -> Callable:

@@ -129,7 +129,7 @@ def prepare(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> Tra
 
 
 def evaluate(t: Training, step: int) -> Evaluation | None:
-    """Loss, accuracy (sparse labels) and every metric over the evaluation data, on this
+    """Loss, accuracy (``job.classifies``) and every metric over the evaluation data, on this
     (the chief's) process; None when the run has none."""
     job, metrics = t.job, t.metrics
     batches = build.eval_batches(job)
@@ -145,7 +145,7 @@ def evaluate(t: Training, step: int) -> Evaluation | None:
         loss_sum += float(np.sum(lf(y, pred)))
         count += len(y)
         if job.classifies:
-            correct += int(np.sum(np.argmax(np.asarray(pred), axis=-1) == np.reshape(y, [-1])))
+            correct += float(np.sum(build.accuracy(y, pred)))
         for _, metric, _ in metrics:
             metric.update_state(y, pred)
     if not count:
@@ -233,11 +233,7 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
         update = graph.get_operations()[first:]  # the update's ops (its pushes to PS tasks)
         done = step.assign_add(1, read_value=True)
         out = [tf.cast(loss, tf.float32)]
-        if not job.classifies:
-            out.append(tf.constant(0.0))
-        else:
-            hit = tf.equal(tf.argmax(pred, axis=-1, output_type=tf.int64), tf.cast(tf.reshape(y, [-1]), tf.int64))
-            out.append(tf.reduce_sum(tf.cast(hit, tf.float32)))
+        out.append(tf.reduce_sum(build.accuracy(y, pred)) if job.classifies else tf.constant(0.0))
         if staleness:
             out.append(tf.cast(done - before - 1, tf.float32))
         out += [v / local_replicas for v in build.metric_values(metrics, y, pred)]

@@ -43,7 +43,7 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
     loss, loss_name = keras_args.loss(loss)
     momentum = validate.fraction("momentum", momentum)
     optimizer, learning_rate = keras_args.optimizer(optimizer, learning_rate, momentum)
-    metrics = keras_args.metrics(metrics, loss_name)
+    metrics, accuracy = keras_args.metrics(metrics)
     global_batch_size = validate.positive_int("global_batch_size", global_batch_size)
     steps = validate.positive_int("steps", steps)
     if seed is not None:
@@ -105,7 +105,8 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
         workers=workers, ps=ps, steps_per_execution=steps_per_execution,
         checkpoint_every=checkpoint_every, eval_every=eval_every,
         stop_check_every=max(steps_per_execution, 10), variable_partitioner=variable_partitioner,
-        devices=devices, average_every=average_every, metrics=metrics, eval_data=eval_data, loss_name=loss_name,
+        devices=devices, average_every=average_every, metrics=metrics, accuracy=accuracy, eval_data=eval_data,
+        loss_name=loss_name,
         compression=compression, anatomy=anatomy,
     )
 
