@@ -235,6 +235,33 @@ def test_accuracy_is_resolved_from_the_labels_and_outputs_as_keras_compile_does(
         assert run.evaluation["test_accuracy"] > 0.8 and run.history.accuracy.iloc[-10:].mean() > 0.7
 
 
+def test_a_keras_model_instance_made_in_the_kernel_trains_from_its_own_weights(cluster):
+    """``model=keras.Sequential([...])``, the Keras habit: each engine rebuilds it from its
+    config (its custom layers' classes shipped with it) and its weights, as
+    keras.models.clone_model does. Training starts from those weights (with a vanishing
+    learning rate the final weights are the instance's), under MWMS as in one process.
+    Before, unpickling the model on an MWMS engine touched TensorFlow before the strategy
+    ("Collective ops must be configured at program startup"), and `single` called it without
+    inputs ("missing a required argument: 'inputs'")."""
+    import keras
+
+    instance = regularized()  # with Input; Penalty is a custom layer made in this process
+    weights = [1.5 * w + 0.01 for w in instance.get_weights()]  # no seed's initial weights
+    instance.set_weights(weights)
+    args = dict(ARGS, steps=10, loss=logits_loss())
+    still = cluster.train(instance, DIGITS, **SYNC["multi_worker_mirrored"], **dict(args, learning_rate=1e-30))
+    assert relative_difference(still.wait(timeout=300).weights(), weights) < 1e-7
+    single, mwms = (cluster.train(instance, DIGITS, **SYNC[name], **args).wait(timeout=300)
+                    for name in ("single", "multi_worker_mirrored"))
+    assert relative_difference(mwms.weights(), single.weights()) < 1e-5
+    assert relative_difference(single.weights(), weights) > 1e-3  # it trained
+    unbuilt = keras.Sequential([keras.layers.Dense(16, activation="relu"), keras.layers.Dense(10)])  # no weights yet
+    run = cluster.train(unbuilt, train_fn, **SYNC["multi_worker_mirrored"], **args)
+    assert run.wait(timeout=300).final_step == 10
+    with pytest.raises(wb.ConfigError, match="argument 'model'. Received: model='<Net object>'. Expected a function"):
+        cluster.train(wb.models.module_mlp(64)(), DIGITS, **SYNC["single"], **args)  # a tf.Module: no config
+
+
 @ipp.interactive
 def narrow_eval_fn(input_context):
     import tensorflow as tf

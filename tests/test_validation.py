@@ -169,7 +169,21 @@ assert [getattr(m, "config", {}).get("name", m) for m in job.metrics] == ["spars
 rebuilt = cloudpickle.loads(cloudpickle.dumps(job.optimizer)).build()
 assert type(rebuilt) is keras.optimizers.Adam and rebuilt.clipnorm == 1.0
 assert isinstance(rebuilt._learning_rate, keras.optimizers.schedules.ExponentialDecay)
-for change, expected in [({"learning_rate": 0.1}, "argument 'learning_rate'. Received: learning_rate=0.1. Expected None with optimizer=<Adam object>"),
+# a model instance travels as its config, custom layers and weights, rebuilt the same
+class Scale(keras.layers.Layer):
+    def call(self, x):
+        return 2.0 * x
+instance = keras.Sequential([keras.Input((64,)), Scale(), keras.layers.Dense(10)])
+shipped = make_job(4, **{**GOOD, "model": instance}).model
+assert isinstance(shipped, wb.models.Rebuilt) and "compile_config" not in shipped.config
+copy = cloudpickle.loads(cloudpickle.dumps(shipped))()
+assert [type(l).__name__ for l in copy.layers] == ["Scale", "Dense"] and copy is not instance
+assert all((a == b).all() for a, b in zip(copy.get_weights(), instance.get_weights()))
+unbuilt = make_job(4, **{**GOOD, "model": keras.Sequential([keras.layers.Dense(10)])}).model
+assert unbuilt.weights == () and not unbuilt().built  # built on the engines, from the data
+for change, expected in [({"model": wb.models.module_mlp(64)()}, "argument 'model'. Received: model='<Net object>'. "
+                          "Expected a function that returns the tf.Module"),
+                         ({"learning_rate": 0.1}, "argument 'learning_rate'. Received: learning_rate=0.1. Expected None with optimizer=<Adam object>"),
                          ({"metrics": ["no_such_metric"]}, "argument 'metrics'. Received: metrics='no_such_metric'")]:
     with pytest.raises(wb.ConfigError, match=expected.replace("(", "[(]").replace(")", "[)]").replace(".", "[.]")):
         make_job(4, **{**GOOD, **change})
@@ -179,7 +193,9 @@ print("ok")
 
 def test_keras_objects_are_checked_in_a_kernel_that_imported_keras():
     """A loss, an optimizer with a schedule and clipping, and metric objects, as a Keras user
-    passes them: checked in the kernel, shipped as class and config, rebuilt the same."""
+    passes them: checked in the kernel, shipped as class and config, rebuilt the same; a
+    model instance is shipped as its config, custom layers and weights (a tf.Module
+    instance, which has no config, is refused)."""
     import subprocess
     import sys
 

@@ -33,9 +33,7 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
     spec = strategies.spec(strategy)
     workers, ps = spec.with_defaults(workers, ps)
     validate.topology(spec, workers, ps, available=available)
-    if not callable(model):
-        raise invalid("model", model, "a callable that returns a keras.Model or tf.Module "
-                      "(for example wb.models.mlp() or a function that builds one)")
+    model = keras_args.model(model)
     data = _data(data)
     eval_data = None if eval_data is None else _data(eval_data, "eval_data", held_out=True)
     if isinstance(data, Data) and isinstance(eval_data, Data):

@@ -43,6 +43,34 @@ def _snake(name):
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
+def model(value: Any) -> Any:
+    """What engines call to build the run's model: ``value`` itself when it is such a
+    callable, or, for a Keras model instance made in this kernel, a ``models.Rebuilt`` of its
+    config and weights, rebuilt here once first (what every engine will do: a model Keras
+    cannot rebuild is refused now, not on each engine). A ``tf.Module`` instance has no
+    config to rebuild it from: refused, asking for the function that makes it."""
+    from workbench import models
+
+    label = f"<{type(value).__name__} object>"
+    if _is(value, "Model"):
+        try:
+            spec = models.rebuilt(value)
+            spec()
+        except Exception as e:
+            raise invalid("model", label, "a Keras model that Keras rebuilds from its config and weights (as "
+                          "keras.models.clone_model does), or a function that builds it; rebuilding it failed: "
+                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+        return spec
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(value, tf.Module):
+        raise invalid("model", label, "a function that returns the tf.Module, called on each engine (an instance "
+                      "has no config to rebuild it from there), for example wb.models.module_mlp(...)")
+    if not callable(value):
+        raise invalid("model", value, "a callable that returns a keras.Model or tf.Module "
+                      "(for example wb.models.mlp() or a function that builds one), or a keras.Model")
+    return value
+
+
 def loss(value: Any) -> tuple[Any, str]:
     """``(loss, name)``: a name from ``validate.LOSSES``, a ``keras.losses.Loss`` object (any
     reduction) or a callable returning per-example losses; ``name`` is the loss as Keras
