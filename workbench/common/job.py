@@ -52,7 +52,7 @@ class Job:
         """Every step reports its accuracy, and evaluation ``test_accuracy``: with a loss of
         sparse labels, or when ``metrics`` asked for "accuracy". Which accuracy is resolved
         on the engine from the labels' and outputs' shapes, as Keras' ``compile`` resolves
-        it (``engine.build.accuracy``)."""
+        it (``engine.keras_metrics.accuracy``)."""
         return self.loss_name == "sparse_categorical_crossentropy" or self.accuracy
 
 

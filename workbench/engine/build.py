@@ -1,4 +1,5 @@
-"""Build what a run trains, on the engine: model, optimizer, loss, input pipeline."""
+"""Build what a run trains, on the engine: model, optimizer, loss, input pipeline; and check
+that the data and the evaluation data fit the model before training."""
 
 from __future__ import annotations
 
@@ -150,6 +151,8 @@ def _check_examples(m, job, loss_fn, name, data):
             f"Invalid value for argument '{name}'. Received: examples of shape {tuple(x.shape[1:])}. "
             f"Expected examples the model accepts; calling it on two of them failed: {_reason(e)}"
         ) from None
+    from workbench.engine.keras_metrics import accuracy_kind
+
     sparse = job.loss_name == "sparse_categorical_crossentropy" or accuracy_kind(y, pred) == "sparse"
     if job.classifies and sparse and pred.shape[-1] < data.classes:
         raise ValueError(
@@ -174,31 +177,6 @@ def _check_examples(m, job, loss_fn, name, data):
             f"Invalid value for argument 'loss'. Received: a loss ({_name(job.loss)}) that returns shape "
             f"{tuple(values.shape)} for 2 examples. Expected one value per example: shape (2,)."
         )
-
-
-def accuracy_kind(y: Any, pred: Any) -> str:
-    """What "accuracy" means for labels ``y`` and outputs ``pred``, from their shapes, as Keras'
-    ``compile`` resolves ``metrics=["accuracy"]`` (``is_binary_or_sparse_categorical`` in
-    keras/src/trainers/compile_utils.py): one output unit: "binary"; labels of lower rank
-    than the outputs, or one label per example against several outputs: "sparse"; else
-    "categorical" (one-hot labels)."""
-    if pred.shape[-1] == 1:
-        return "binary"
-    if len(y.shape) < len(pred.shape) or y.shape[-1] == 1 and pred.shape[-1] > 1:
-        return "sparse"
-    return "categorical"
-
-
-def accuracy(y: Any, pred: Any) -> tf.Tensor:
-    """Each example's accuracy (1.0 right, 0.0 wrong; a mean over its values when it has
-    several outputs, multi-label binary ones), by Keras' own function of ``accuracy_kind``."""
-    import keras
-    import tensorflow as tf
-
-    fn = {"binary": keras.metrics.binary_accuracy, "sparse": keras.metrics.sparse_categorical_accuracy,
-          "categorical": keras.metrics.categorical_accuracy}[accuracy_kind(y, pred)]
-    values = tf.cast(fn(y, pred), tf.float32)
-    return tf.reduce_mean(values, axis=list(range(1, values.shape.rank))) if values.shape.rank > 1 else values
 
 
 def users(fn: Callable) -> Callable:
@@ -334,51 +312,6 @@ def loss(job: Job) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
 
 def _name(value):
     return value if isinstance(value, str) else getattr(value, "__name__", type(value).__name__)
-
-
-def metrics(job: Job) -> list[tuple[str, Any, list[np.ndarray]]]:
-    """``[(column, metric, initial state)]``: each of the run's Keras metrics, built on this
-    engine from its name or its class and config, outside any strategy's scope. Steps
-    compute them statelessly on their own batch from the initial state (see
-    ``metric_values``), so they work under every strategy and keep no state across steps."""
-    import keras
-    import numpy as np
-
-    from workbench.common.job import FromConfig
-
-    out = []
-    for spec in job.metrics:
-        if isinstance(spec, FromConfig):
-            metric = spec.build()
-        else:
-            try:
-                found = keras.metrics.get(spec)
-            except ValueError:
-                raise ValueError(f"Invalid value for argument 'metrics'. Received: metrics={spec!r}. Expected the name "
-                                 "of a Keras metric (keras.metrics.get knows it) or a keras.metrics.Metric "
-                                 "object.") from None
-            if isinstance(found, type):
-                metric = found()
-            elif isinstance(found, keras.metrics.Metric):
-                metric = found
-            else:
-                metric = keras.metrics.MeanMetricWrapper(found, name=spec)
-        out.append((spec if isinstance(spec, str) else metric.name, metric,
-                    [np.asarray(v.value) for v in metric.variables]))
-    return out
-
-
-def metric_values(metrics: list, y: tf.Tensor, pred: tf.Tensor) -> list[tf.Tensor]:
-    """Each metric's value on this batch alone: its update and result from its initial
-    state, without touching its variables (Keras' stateless API), so any metric runs inside
-    a replica function under any strategy, parameter servers included."""
-    import tensorflow as tf
-
-    values = []
-    for _, metric, initial in metrics:
-        state = metric.stateless_update_state([tf.constant(v) for v in initial], y, pred)
-        values.append(tf.cast(metric.stateless_result(state), tf.float32))
-    return values
 
 
 def eval_batches(job: Job, batch_size: int = 1024) -> Iterator[tuple[np.ndarray, np.ndarray]] | None:

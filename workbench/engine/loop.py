@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from workbench.engine import build, control, placement, rundir
+from workbench.engine import build, control, keras_metrics, placement, rundir
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
 from workbench.store import RunDir
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 UNROLL_CHUNK = 5  # unrolled steps per inner tf.function: see steps_fn
 
-Metrics = list  # [(column, keras metric, initial state)]: see build.metrics
+Metrics = list  # [(column, keras metric, initial state)]: see keras_metrics.metrics
 
 
 @dataclass
@@ -125,7 +125,7 @@ def prepare(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> Tra
     pub.event("placement", tasks=[dict(ctx.task_row, devices=placement.devices(ctx.task))],
               variables=placement.variables(model, ctx.task, opt))
     board = Board(job.run_dir, ctx.is_chief)
-    return Training(job, ctx, pub, model, opt, step, start, manager, board, build.metrics(job))
+    return Training(job, ctx, pub, model, opt, step, start, manager, board, keras_metrics.metrics(job))
 
 
 def evaluate(t: Training, step: int) -> Evaluation | None:
@@ -145,7 +145,7 @@ def evaluate(t: Training, step: int) -> Evaluation | None:
         loss_sum += float(np.sum(lf(y, pred)))
         count += len(y)
         if job.classifies:
-            correct += float(np.sum(build.accuracy(y, pred)))
+            correct += float(np.sum(keras_metrics.accuracy(y, pred)))
         for _, metric, _ in metrics:
             metric.update_state(y, pred)
     if not count:
@@ -233,10 +233,10 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
         update = graph.get_operations()[first:]  # the update's ops (its pushes to PS tasks)
         done = step.assign_add(1, read_value=True)
         out = [tf.cast(loss, tf.float32)]
-        out.append(tf.reduce_sum(build.accuracy(y, pred)) if job.classifies else tf.constant(0.0))
+        out.append(tf.reduce_sum(keras_metrics.accuracy(y, pred)) if job.classifies else tf.constant(0.0))
         if staleness:
             out.append(tf.cast(done - before - 1, tf.float32))
-        out += [v / local_replicas for v in build.metric_values(metrics, y, pred)]
+        out += [v / local_replicas for v in keras_metrics.metric_values(metrics, y, pred)]
         if timed:
             # the update's own ops and the global step's increment end a step (not a read
             # of every variable back: an op each, and a round trip to a PS task); with
