@@ -194,13 +194,94 @@ def test_a_dataset_fn_user_gets_evaluation_and_auc(cluster):
                         metrics=[keras.metrics.AUC(name="auc"), "accuracy"], learning_rate=0.5,
                         global_batch_size=64, steps=150, checkpoint_every=0, **SYNC["multi_worker_mirrored"])
     run.wait(timeout=300)
-    assert run.evaluation["test_auc"] > 0.95 and run.evaluation["test_binary_accuracy"] > 0.85
-    assert run.history.auc.between(0, 1 + 1e-6).all() and "binary_accuracy" in run.history
+    # "accuracy" of one output unit is binary accuracy, as Keras' compile makes it
+    assert run.evaluation["test_auc"] > 0.95 and run.evaluation["test_accuracy"] > 0.85
+    assert run.history.auc.between(0, 1 + 1e-6).all() and run.history.accuracy.iloc[-10:].mean() > 0.8
     bad = cluster.train(binary, train_fn, eval_data=repeating_eval_fn, loss="binary_crossentropy",
                         global_batch_size=64, steps=5, checkpoint_every=0, **SYNC["multi_worker_mirrored"])
     with pytest.raises(wb.EngineError, match="argument 'eval_data'. Received: a dataset_fn whose dataset repeats"):
         bad.wait(timeout=300)
     assert bad.final_step == 0
+
+
+@ipp.interactive
+def per_example_loss(y_true, y_pred):
+    """A user's loss, a plain callable: nothing in its name says what accuracy means."""
+    import keras
+
+    return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+
+
+ONE_HOT = wb.datasets.from_numpy(DIGITS.x_train, np.eye(10, dtype="float32")[DIGITS.y_train],
+                                 DIGITS.x_test, np.eye(10, dtype="float32")[DIGITS.y_test])
+
+
+def test_accuracy_is_resolved_from_the_labels_and_outputs_as_keras_compile_does(cluster):
+    """``metrics=["accuracy"]`` with any loss: class indices give sparse categorical accuracy,
+    one-hot labels categorical accuracy (one output unit: binary, in the dataset_fn test
+    above), in the accuracy column and ``test_accuracy``, which is Keras' own metric of the
+    final model on the test split. A callable loss was refused ("Expected a specific
+    accuracy"); a loss object of one-hot labels gave no test_accuracy."""
+    import keras
+
+    cases = [(per_example_loss, DIGITS, keras.metrics.SparseCategoricalAccuracy()),
+             (keras.losses.CategoricalCrossentropy(from_logits=True), ONE_HOT, keras.metrics.CategoricalAccuracy())]
+    for loss, data, reference in cases:
+        run = cluster.train(plain, data, loss=loss, metrics=["accuracy"], **SYNC["single"], **ARGS).wait(timeout=300)
+        model = plain()
+        model.set_weights(run.weights())
+        reference.update_state(data.y_test, model(data.x_test))
+        assert abs(run.evaluation["test_accuracy"] - float(reference.result())) < 1e-6, type(reference).__name__
+        assert run.evaluation["test_accuracy"] > 0.8 and run.history.accuracy.iloc[-10:].mean() > 0.7
+
+
+def test_a_keras_model_instance_made_in_the_kernel_trains_from_its_own_weights(cluster):
+    """``model=keras.Sequential([...])``, the Keras habit: each engine rebuilds it from its
+    config (its custom layers' classes shipped with it) and its weights, as
+    keras.models.clone_model does. Training starts from those weights (with a vanishing
+    learning rate the final weights are the instance's), under MWMS as in one process.
+    Before, unpickling the model on an MWMS engine touched TensorFlow before the strategy
+    ("Collective ops must be configured at program startup"), and `single` called it without
+    inputs ("missing a required argument: 'inputs'")."""
+    import keras
+
+    instance = regularized()  # with Input; Penalty is a custom layer made in this process
+    weights = [1.5 * w + 0.01 for w in instance.get_weights()]  # no seed's initial weights
+    instance.set_weights(weights)
+    args = dict(ARGS, steps=10, loss=logits_loss())
+    still = cluster.train(instance, DIGITS, **SYNC["multi_worker_mirrored"], **dict(args, learning_rate=1e-30))
+    assert relative_difference(still.wait(timeout=300).weights(), weights) < 1e-7
+    single, mwms = (cluster.train(instance, DIGITS, **SYNC[name], **args).wait(timeout=300)
+                    for name in ("single", "multi_worker_mirrored"))
+    assert relative_difference(mwms.weights(), single.weights()) < 1e-5
+    assert relative_difference(single.weights(), weights) > 1e-3  # it trained
+    unbuilt = keras.Sequential([keras.layers.Dense(16, activation="relu"), keras.layers.Dense(10)])  # no weights yet
+    run = cluster.train(unbuilt, train_fn, **SYNC["multi_worker_mirrored"], **args)
+    assert run.wait(timeout=300).final_step == 10
+    with pytest.raises(wb.ConfigError, match="argument 'model'. Received: model='<Net object>'. Expected a function"):
+        cluster.train(wb.models.module_mlp(64)(), DIGITS, **SYNC["single"], **args)  # a tf.Module: no config
+
+
+@ipp.interactive
+def narrow_eval_fn(input_context):
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices((tf.zeros((64, 10)), tf.zeros((64,), tf.int32))).batch(32)
+
+
+@pytest.mark.parametrize("eval_data", [(np.zeros((64, 10), "float32"), np.zeros(64, "int32")), narrow_eval_fn],
+                         ids=["numpy", "dataset_fn"])
+def test_evaluation_data_the_model_cannot_take_fails_before_training_naming_eval_data(cluster, eval_data):
+    """Training from a dataset_fn, only the engines know the model's input shape: evaluation
+    data of another width fails there before the first step, naming eval_data (it failed
+    after training, at the evaluation, with a Keras layer error)."""
+    run = cluster.train(binary, train_fn, eval_data=eval_data, loss="binary_crossentropy", global_batch_size=64,
+                        steps=5, checkpoint_every=0, **SYNC["single"])
+    with pytest.raises(wb.EngineError, match=r"argument 'eval_data'. Received: examples of shape \(10,\). Expected "
+                       r"examples the model accepts; calling it on (two of )?them failed: ValueError: .*is incompatible "
+                       r"with the layer"):
+        run.wait(timeout=300)
+    assert run.final_step == 0
 
 
 def test_placement_lists_adam_state_beside_sharded_variables(cluster):

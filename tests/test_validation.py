@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from workbench import cli
 from workbench.common import options
 from workbench.kernel.runs.job import make_job
 
@@ -38,9 +39,9 @@ BAD_TRAIN = [
     ({"loss": "crossentropy"}, "loss", "Expected one of"),
     ({"model": "mlp"}, "model", "a callable that returns a keras.Model"),
     ({"data": [1, 2, 3]}, "data", "wb.datasets.digits()"),
-    ({"data": (np.zeros((10, 4)), np.zeros(9))}, "y", "one label per example"),
-    ({"data": (np.zeros((0, 4)), np.zeros(0))}, "x", "a non-empty array"),
-    ({"data": (np.array([[0.0, np.nan], [1.0, 2.0]]), np.zeros(2))}, "x", "1 NaN or infinite values"),
+    ({"data": (np.zeros((10, 4)), np.zeros(9))}, "data", "Received: data='y: array of shape (9,)'. Expected one label per example"),
+    ({"data": (np.zeros((0, 4)), np.zeros(0))}, "data", "a non-empty array"),
+    ({"data": (np.array([[0.0, np.nan], [1.0, 2.0]]), np.zeros(2))}, "data", "1 NaN or infinite values"),
     ({"seed": -1}, "seed", "an int >= 0"),
     ({"steps_per_execution": 0}, "steps_per_execution", "an int >= 1"),
     ({"devices": 2}, "devices", "logical devices are for 'mirrored' and 'single'"),
@@ -53,7 +54,7 @@ BAD_TRAIN = [
     ({"variable_partitioner": 2}, "variable_partitioner", "only parameter_server shards"),
     ({"strategy": "parameter_server", "ps": 1, "variable_partitioner": "fixed"}, "variable_partitioner", "a number of shards"),
     ({"checkpoint_every": -5}, "checkpoint_every", "an int >= 0"),
-    ({"data": (np.zeros((4, 2)), np.array(["cat", "dog", "cat", "dog"]))}, "y", "np.unique(y, return_inverse=True)"),
+    ({"data": (np.zeros((4, 2)), np.array(["cat", "dog", "cat", "dog"]))}, "data", "np.unique(y, return_inverse=True)"),
     ({"optimizer": lambda: None}, "learning_rate", "brings its own learning rate"),
     ({"optimizer": lambda: None, "learning_rate": None, "momentum": 0.9}, "momentum", "set it in the optimizer"),
     ({"optimizer": 3}, "optimizer", "a keras.optimizers.Optimizer object"),
@@ -62,8 +63,11 @@ BAD_TRAIN = [
     ({"metrics": ["loss"]}, "metrics", "not already columns of run.history"),
     ({"metrics": ["mae", "mae"]}, "metrics", "not already columns of run.history"),
     ({"metrics": [3]}, "metrics", "a Keras metric name or a keras.metrics.Metric object"),
-    ({"loss": "mean_squared_error", "metrics": ["accuracy"]}, "metrics", "a specific accuracy"),
     ({"eval_data": [1, 2]}, "eval_data", "numpy (x, y)"),
+    ({"eval_data": (np.zeros((10, 64)), np.zeros(9))}, "eval_data", "Received: eval_data='y: array of shape (9,)'"),
+    ({"eval_data": (np.zeros((10, 10)), np.zeros(10))}, "eval_data",
+     "Received: eval_data='examples of shape (10,)'. Expected examples of the shape data has, which the model trains on: (64,)"),
+    ({"eval_data": wb.datasets.synthetic(examples=20, features=10)}, "eval_data", "examples of shape (10,)"),
 ]
 
 
@@ -91,8 +95,30 @@ def test_the_good_arguments_pass():
     assert job.steps_per_execution == 10 and job.workers == 2
 
 
+@pytest.mark.parametrize("strategy,workers,ps,engines", [
+    ("single", 1, 0, 1), ("mirrored", 1, 0, 1), ("multi_worker_mirrored", 2, 0, 2),
+    ("parameter_averaging", 2, 0, 2), ("parameter_server", 2, 1, 4)])
+def test_workers_and_ps_left_out_follow_the_strategy(strategy, workers, ps, engines):
+    """``strategy="single"`` alone is a run, not a refusal of ``workers=2``, a value the user
+    never gave; in the API and in the CLI (``python -m workbench train --strategy single``)."""
+    job = make_job(4, **{**GOOD, "strategy": strategy})
+    assert (job.workers, job.ps) == (workers, ps)
+    args = cli._parser().parse_args(["train", "--strategy", strategy, "--global-batch-size", "64"])
+    cli.check(GOOD["model"], GOOD["data"], {o.name: getattr(args, o.name) for o in options.TRAINING if o.cli})
+    assert cli._engines_needed(args.strategy, args.workers, args.ps) == engines
+
+
+def test_accuracy_is_taken_with_any_loss():
+    """``metrics=["accuracy"]`` is the run's accuracy column and ``test_accuracy`` whatever the
+    loss: the engines resolve it from the labels' and outputs' shapes, as Keras' compile does."""
+    for loss in ("mean_squared_error", "binary_crossentropy", lambda y_true, y_pred: y_pred):
+        job = make_job(4, **{**GOOD, "loss": loss, "metrics": ["accuracy", "mae"]})
+        assert job.classifies and job.metrics == ("mae",)
+    assert not make_job(4, **{**GOOD, "loss": "mean_squared_error", "metrics": ["mae"]}).classifies
+
+
 def test_long_parameter_server_runs_default_to_20_steps_per_call():
-    pss = {**GOOD, "strategy": "parameter_server", "ps": 1}
+    pss = {**GOOD, "strategy": "parameter_server"}
     assert make_job(4, **{**pss, "steps": 999}).steps_per_execution == 10
     assert make_job(4, **{**pss, "steps": 1000}).steps_per_execution == 20
     assert make_job(4, **{**pss, "steps": 1000, "steps_per_execution": 7}).steps_per_execution == 7
@@ -143,7 +169,21 @@ assert [getattr(m, "config", {}).get("name", m) for m in job.metrics] == ["spars
 rebuilt = cloudpickle.loads(cloudpickle.dumps(job.optimizer)).build()
 assert type(rebuilt) is keras.optimizers.Adam and rebuilt.clipnorm == 1.0
 assert isinstance(rebuilt._learning_rate, keras.optimizers.schedules.ExponentialDecay)
-for change, expected in [({"learning_rate": 0.1}, "argument 'learning_rate'. Received: learning_rate=0.1. Expected None with optimizer=<Adam object>"),
+# a model instance travels as its config, custom layers and weights, rebuilt the same
+class Scale(keras.layers.Layer):
+    def call(self, x):
+        return 2.0 * x
+instance = keras.Sequential([keras.Input((64,)), Scale(), keras.layers.Dense(10)])
+shipped = make_job(4, **{**GOOD, "model": instance}).model
+assert isinstance(shipped, wb.models.Rebuilt) and "compile_config" not in shipped.config
+copy = cloudpickle.loads(cloudpickle.dumps(shipped))()
+assert [type(l).__name__ for l in copy.layers] == ["Scale", "Dense"] and copy is not instance
+assert all((a == b).all() for a, b in zip(copy.get_weights(), instance.get_weights()))
+unbuilt = make_job(4, **{**GOOD, "model": keras.Sequential([keras.layers.Dense(10)])}).model
+assert unbuilt.weights == () and not unbuilt().built  # built on the engines, from the data
+for change, expected in [({"model": wb.models.module_mlp(64)()}, "argument 'model'. Received: model='<Net object>'. "
+                          "Expected a function that returns the tf.Module"),
+                         ({"learning_rate": 0.1}, "argument 'learning_rate'. Received: learning_rate=0.1. Expected None with optimizer=<Adam object>"),
                          ({"metrics": ["no_such_metric"]}, "argument 'metrics'. Received: metrics='no_such_metric'")]:
     with pytest.raises(wb.ConfigError, match=expected.replace("(", "[(]").replace(")", "[)]").replace(".", "[.]")):
         make_job(4, **{**GOOD, **change})
@@ -153,7 +193,9 @@ print("ok")
 
 def test_keras_objects_are_checked_in_a_kernel_that_imported_keras():
     """A loss, an optimizer with a schedule and clipping, and metric objects, as a Keras user
-    passes them: checked in the kernel, shipped as class and config, rebuilt the same."""
+    passes them: checked in the kernel, shipped as class and config, rebuilt the same; a
+    model instance is shipped as its config, custom layers and weights (a tf.Module
+    instance, which has no config, is refused)."""
     import subprocess
     import sys
 

@@ -50,11 +50,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _engines_needed(strategy: str, workers: int, ps: int) -> int:
-    """Engines a run of ``strategy`` with ``workers`` and ``ps`` needs (checked already)."""
+def _engines_needed(strategy: str, workers: int | None, ps: int | None) -> int:
+    """Engines a run of ``strategy`` with ``workers`` and ``ps`` (None: the strategy's
+    defaults) needs (checked already)."""
     from workbench.common import strategies
 
-    return strategies.spec(strategy).engines(workers, ps)
+    spec = strategies.spec(strategy)
+    return spec.engines(*spec.with_defaults(workers, ps))
 
 
 def train(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":

@@ -86,23 +86,28 @@ def mnist(path: str | PathLike) -> Data:
 
 
 def from_numpy(x: ArrayLike, y: ArrayLike, x_test: ArrayLike | None = None, y_test: ArrayLike | None = None,
-               name: str = "numpy", test_fraction: float = 0.2, seed: int = 0) -> Data:
-    """Wrap arrays; without a test set, ``test_fraction`` of them is held out."""
+               name: str = "numpy", test_fraction: float = 0.2, seed: int = 0, *, argument: str | None = None) -> Data:
+    """Wrap arrays; without a test set, ``test_fraction`` of them is held out. ``argument``: the
+    ``Cluster.train`` argument the arrays came in (``data``, ``eval_data``), which an error
+    then names instead of ``x`` or ``y``."""
+    def refused(part, received, expected):
+        return invalid(part, received, expected) if argument is None else invalid(argument, f"{part}: {received}", expected)
+
     x = np.asarray(x)
     y = np.asarray(y)
     if x.ndim < 2 or len(x) == 0:
-        raise invalid("x", f"array of shape {x.shape}", "a non-empty array of shape (examples, features...)")
+        raise refused("x", f"array of shape {x.shape}", "a non-empty array of shape (examples, features...)")
     if y.shape[:1] != x.shape[:1]:
-        raise invalid("y", f"array of shape {y.shape}", f"one label per example: shape ({len(x)},)")
+        raise refused("y", f"array of shape {y.shape}", f"one label per example: shape ({len(x)},)")
     if not (np.issubdtype(y.dtype, np.number) or y.dtype == bool):
         sample = ", ".join(repr(v) for v in np.unique(y.ravel())[:3].tolist())
-        raise invalid("y", f"labels of dtype {y.dtype} ({sample}, ...)",
+        raise refused("y", f"labels of dtype {y.dtype} ({sample}, ...)",
                       "numbers: integer class indices 0..k-1 (or float targets). Map other labels to indices "
                       "first, for example: classes, y = np.unique(y, return_inverse=True)")
     x = x.astype("float32")
     bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
     if bad:
-        raise invalid("x", f"an array with {bad} NaN or infinite values", "finite numbers (a NaN input makes the loss NaN)")
+        raise refused("x", f"an array with {bad} NaN or infinite values", "finite numbers (a NaN input makes the loss NaN)")
     y = y.astype("int32") if np.issubdtype(y.dtype, np.integer) else y.astype("float32")
     if x_test is None:
         return _split(name, x, y, test_fraction, seed)

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from workbench.errors import invalid
 
 if TYPE_CHECKING:
@@ -154,3 +156,41 @@ def module_mlp(input_dim: int, hidden: int | Sequence[int] = (64, 32), classes: 
         raise invalid("input_dim", input_dim, "an int >= 1 (the number of input features)")
     base = mlp(hidden, classes)
     return ModuleMLP(input_dim, base.hidden, base.classes, seed)
+
+
+@dataclass(frozen=True, eq=False)
+class Rebuilt:
+    """A Keras model made in the notebook's kernel (``train(model=keras.Sequential([...]))``),
+    shipped as Keras saves one: its config (``keras.saving.serialize_keras_object``, without
+    its compile settings: the run brings its own loss, optimizer and metrics), the classes of
+    its own custom layers, and its weights as numpy arrays. Each engine rebuilds it under its
+    strategy's scope, as ``keras.models.clone_model`` clones a model, and sets the weights; an
+    instance not built yet has none, and is built on the engine from the data, seeded.
+    Until called it is plain data: unpickling it runs no TensorFlow op, which an engine must
+    not do before its strategy exists (the model itself, unpickled there, did)."""
+
+    config: dict
+    weights: tuple
+    custom_objects: dict
+
+    def __call__(self) -> keras.Model:
+        import keras
+
+        model = keras.saving.deserialize_keras_object(self.config, custom_objects=self.custom_objects)
+        if self.weights:
+            model.set_weights(list(self.weights))
+        return model
+
+    def __repr__(self) -> str:
+        return f"<{self.config.get('class_name')} {self.config.get('config', {}).get('name')!r}, rebuilt from its config>"
+
+
+def rebuilt(model: keras.Model) -> Rebuilt:
+    """``model``, a Keras model instance of this process, as a ``Rebuilt`` engines can ship and call."""
+    import keras
+
+    config = dict(keras.saving.serialize_keras_object(model))
+    config.pop("compile_config", None)
+    custom = {keras.saving.get_registered_name(type(layer)): type(layer)
+              for layer in model._flatten_layers() if not type(layer).__module__.startswith("keras.")}
+    return Rebuilt(config, tuple(np.asarray(w) for w in model.get_weights()), custom)

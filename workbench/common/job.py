@@ -33,6 +33,7 @@ class Job:
     launch: str = ""  # new for every launch (kernel/runs/launch.py): names what its engines build together
     tasks: list = field(default_factory=list)  # roles.Task of every engine in the run
     metrics: tuple = ()  # Keras metric names and FromConfig of Keras metric objects
+    accuracy: bool = False  # metrics=["accuracy"]: see classifies
     eval_data: object = None  # None (data's test split) | Data | callable dataset_fn(input_context)
     loss_name: str = ""  # the loss as Keras names it ("sparse_categorical_crossentropy", ...)
     compression: object = None  # None | "fp16" | "bf16" | "int8": the all-reduce's precision (engine/compression.py)
@@ -48,8 +49,11 @@ class Job:
 
     @property
     def classifies(self) -> bool:
-        """Sparse labels: every step also counts its correct predictions (accuracy)."""
-        return self.loss_name == "sparse_categorical_crossentropy"
+        """Every step reports its accuracy, and evaluation ``test_accuracy``: with a loss of
+        sparse labels, or when ``metrics`` asked for "accuracy". Which accuracy is resolved
+        on the engine from the labels' and outputs' shapes, as Keras' ``compile`` resolves
+        it (``engine.keras_metrics.accuracy``)."""
+        return self.loss_name == "sparse_categorical_crossentropy" or self.accuracy
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,16 @@ class StrategySpec:
         """Tasks per role for ``workers`` and ``ps``, in launch order."""
         return role_counts(self.roles, workers, ps)
 
+    def with_defaults(self, workers: int | None, ps: int | None) -> tuple[int, int]:
+        """``workers`` and ``ps`` as given, or where None (``Cluster.train``'s defaults) this
+        strategy's own: one worker on a one-engine strategy, else two; one PS task where it
+        has PS tasks, else none. A default never contradicts the strategy it goes with."""
+        if workers is None:
+            workers = 1 if self.local else 2
+        if ps is None:
+            ps = 1 if self.has_ps else 0
+        return workers, ps
+
     def engines(self, workers: int, ps: int) -> int:
         """The number of engines a run with ``workers`` and ``ps`` needs."""
         return sum(self.role_counts(workers, ps).values())

@@ -1,4 +1,5 @@
-"""Build what a run trains, on the engine: model, optimizer, loss, input pipeline."""
+"""Build what a run trains, on the engine: model, optimizer, loss, input pipeline; and check
+that the data and the evaluation data fit the model before training."""
 
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ def keras_model(model: Any) -> bool:
 
 
 def model(job: Job) -> Any:
-    """The user's model (a keras.Model, built when the data says its input shape, or a tf.Module)."""
+    """The user's model (a keras.Model or a tf.Module) with every variable made, before the
+    optimizer is built on them (the caller builds both under the strategy's scope). A Keras
+    model not built yet (no ``Input``: ``wb.models.mlp()``, a ``Sequential`` of layers, a
+    subclassed model) is built here as Keras' own ``fit`` builds one: called once on symbolic
+    inputs shaped as the data's examples, which makes every layer's variables and runs no op.
+    Left to the first traced step, its variables were made there, unknown to the optimizer
+    ("Unknown variable ... This optimizer can only be called for the variables it was
+    originally built with"); ``build(input_shape)`` made none for a subclassed model without
+    a ``build`` of its own."""
     import tensorflow as tf
 
     from workbench.common.strategies import spec
@@ -29,8 +38,8 @@ def model(job: Job) -> Any:
             f"Invalid value for argument 'model'. The callable returned {type(m).__name__}. "
             "Expected it to return a keras.Model or a tf.Module."
         )
-    if keras_model(m) and not m.built and hasattr(job.data, "input_shape"):
-        m.build((None,) + tuple(job.data.input_shape))
+    if keras_model(m) and not m.built:
+        symbolic_call(m, inputs(job.data), "data")
     if keras_model(m) and job.variable_partitioner is not None and spec(job.strategy).shards_variables:
         raise TypeError(
             "Invalid value for argument 'variable_partitioner'. Received a Keras 3 model with "
@@ -41,26 +50,117 @@ def model(job: Job) -> Any:
     return m
 
 
-def check_fit(m: Any, job: Job, loss_fn: Callable) -> None:
-    """Fail before training when the data does not fit the model or the loss: a clear error,
-    not a shape error deep inside a traced function, nor a silent mismatch of class counts."""
-    data = job.data
+def inputs(data: Any) -> Any:
+    """What ``data`` feeds the model, as a ``tf.TensorSpec`` (or a structure of them) with an
+    unknown batch size: its numpy examples, or the ``x`` of a ``dataset_fn``'s (x, y)."""
+    import tensorflow as tf
+
     if callable(data):
-        return
+        return dataset(data, "data").element_spec[0]
+    return tf.TensorSpec((None,) + tuple(data.input_shape), tf.as_dtype(data.x_train.dtype))
+
+
+def symbolic_call(m: Any, spec: Any, name: str) -> None:
+    """Call the Keras model ``m`` on symbolic inputs of ``spec`` (``keras.KerasTensor``: no op
+    runs), as Keras' ``fit`` builds a model; a model that cannot take them is an error naming
+    the argument the examples came from (``name``)."""
+    import keras
+    import tensorflow as tf
+
+    x = tf.nest.map_structure(lambda s: keras.KerasTensor(s.shape, s.dtype.name), spec)
     try:
-        pred = m(data.x_train[:2], training=False) if keras_model(m) else m(data.x_train[:2])
+        m(x, training=False)
     except Exception as e:
         raise ValueError(
-            f"Invalid value for argument 'data'. Received: examples of shape {data.input_shape}. "
-            f"Expected examples the model accepts; calling it on two of them failed: "
-            f"{type(e).__name__}: {str(e).splitlines()[0]}"
-        ) from None
-    if job.classifies and pred.shape[-1] < data.classes:
+            f"Invalid value for argument '{name}'. Received: examples of shape {_shapes(spec)}. Expected "
+            f"examples the model accepts; calling it on them failed: {_reason(e)}") from None
+
+
+def _shapes(spec):
+    """One example's shape (the batch's without its first axis), or a list of them."""
+    import tensorflow as tf
+
+    shapes = [tuple(s.shape)[1:] for s in tf.nest.flatten(spec)]
+    return shapes[0] if len(shapes) == 1 else shapes
+
+
+def _reason(e):
+    """An exception in one line: Keras' "Exception encountered when calling X.call()." header
+    and its list of the call's arguments left out for the lines that say what failed."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).split("Arguments received by")[0]
+    lines = [line.strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not line.startswith("Exception encountered when calling")]
+    return f"{type(e).__name__}: {' '.join(lines)}"
+
+
+def dataset(fn: Callable, name: str) -> tf.data.Dataset:
+    """The dataset a ``dataset_fn`` (argument ``name``: ``data`` or ``eval_data``) makes for one
+    input pipeline, called eagerly (as written), checked to be a ``tf.data.Dataset`` of
+    ``(x, y)`` elements."""
+    import tensorflow as tf
+
+    ds = fn(tf.distribute.InputContext())
+    if not isinstance(ds, tf.data.Dataset):
+        raise TypeError(f"Invalid value for argument '{name}'. Received: a dataset_fn that returned "
+                        f"{type(ds).__name__}. Expected a tf.data.Dataset of (x, y) batches.")
+    if not (isinstance(ds.element_spec, tuple) and len(ds.element_spec) == 2):
+        raise ValueError(f"Invalid value for argument '{name}'. Received: a dataset_fn whose dataset yields "
+                         f"{ds.element_spec}. Expected (x, y) batches.")
+    return ds
+
+
+def eval_dataset(fn: Callable) -> tf.data.Dataset:
+    """An ``eval_data`` dataset_fn's dataset, checked: finite, since evaluation reads it to its end."""
+    import tensorflow as tf
+
+    ds = dataset(fn, "eval_data")
+    if int(ds.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
+        raise ValueError("Invalid value for argument 'eval_data'. Received: a dataset_fn whose dataset "
+                         "repeats forever. Expected a finite dataset of (x, y) batches (no repeat()): "
+                         "evaluation reads it to its end.")
+    return ds
+
+
+def check_fit(m: Any, job: Job, loss_fn: Callable) -> None:
+    """Fail before training when the data or the evaluation data does not fit the model or
+    the loss: a clear error naming the argument (``data``, ``eval_data``), not a shape error
+    deep inside a traced function or after training, nor a silent mismatch of class counts.
+    An ``eval_data`` dataset_fn is checked here too (its dataset finite, and, for a Keras
+    model, its examples' shape, symbolically); a training ``dataset_fn`` built the model
+    already when it needed building."""
+    for name, data in (("data", job.data), ("eval_data", job.eval_data)):
+        if callable(data):
+            if name == "eval_data":
+                spec = eval_dataset(data).element_spec[0]
+                if keras_model(m):
+                    symbolic_call(m, spec, name)
+        elif data is not None:
+            _check_examples(m, job, loss_fn, name, data)
+
+
+def _check_examples(m, job, loss_fn, name, data):
+    """Two of ``data``'s examples through the model (and, for the training data, the loss)."""
+    x, y = (data.x_train, data.y_train) if name == "data" or not len(data.x_test) else (data.x_test, data.y_test)
+    x, y = x[:2], y[:2]
+    try:
+        pred = m(x, training=False) if keras_model(m) else m(x)
+    except Exception as e:
         raise ValueError(
-            f"Invalid value for argument 'data'. Received: labels 0..{data.classes - 1} ({data.classes} classes). "
+            f"Invalid value for argument '{name}'. Received: examples of shape {tuple(x.shape[1:])}. "
+            f"Expected examples the model accepts; calling it on two of them failed: {_reason(e)}"
+        ) from None
+    from workbench.engine.keras_metrics import accuracy_kind
+
+    sparse = job.loss_name == "sparse_categorical_crossentropy" or accuracy_kind(y, pred) == "sparse"
+    if job.classifies and sparse and pred.shape[-1] < data.classes:
+        raise ValueError(
+            f"Invalid value for argument '{name}'. Received: labels 0..{data.classes - 1} ({data.classes} classes). "
             f"Expected at most the {pred.shape[-1]} classes the model outputs."
         )
-    y = data.y_train[:2]
+    if name != "data":
+        return
     try:
         values = loss_fn(y, pred)
     except Exception as e:
@@ -214,51 +314,6 @@ def _name(value):
     return value if isinstance(value, str) else getattr(value, "__name__", type(value).__name__)
 
 
-def metrics(job: Job) -> list[tuple[str, Any, list[np.ndarray]]]:
-    """``[(column, metric, initial state)]``: each of the run's Keras metrics, built on this
-    engine from its name or its class and config, outside any strategy's scope. Steps
-    compute them statelessly on their own batch from the initial state (see
-    ``metric_values``), so they work under every strategy and keep no state across steps."""
-    import keras
-    import numpy as np
-
-    from workbench.common.job import FromConfig
-
-    out = []
-    for spec in job.metrics:
-        if isinstance(spec, FromConfig):
-            metric = spec.build()
-        else:
-            try:
-                found = keras.metrics.get(spec)
-            except ValueError:
-                raise ValueError(f"Invalid value for argument 'metrics'. Received: metrics={spec!r}. Expected the name "
-                                 "of a Keras metric (keras.metrics.get knows it) or a keras.metrics.Metric "
-                                 "object.") from None
-            if isinstance(found, type):
-                metric = found()
-            elif isinstance(found, keras.metrics.Metric):
-                metric = found
-            else:
-                metric = keras.metrics.MeanMetricWrapper(found, name=spec)
-        out.append((spec if isinstance(spec, str) else metric.name, metric,
-                    [np.asarray(v.value) for v in metric.variables]))
-    return out
-
-
-def metric_values(metrics: list, y: tf.Tensor, pred: tf.Tensor) -> list[tf.Tensor]:
-    """Each metric's value on this batch alone: its update and result from its initial
-    state, without touching its variables (Keras' stateless API), so any metric runs inside
-    a replica function under any strategy, parameter servers included."""
-    import tensorflow as tf
-
-    values = []
-    for _, metric, initial in metrics:
-        state = metric.stateless_update_state([tf.constant(v) for v in initial], y, pred)
-        values.append(tf.cast(metric.stateless_result(state), tf.float32))
-    return values
-
-
 def eval_batches(job: Job, batch_size: int = 1024) -> Iterator[tuple[np.ndarray, np.ndarray]] | None:
     """The evaluation data as ``(x, y)`` numpy batches: ``eval_data`` when the run has it
     (its test split, or all of it when it has none; a ``dataset_fn``'s dataset read to its
@@ -269,17 +324,7 @@ def eval_batches(job: Job, batch_size: int = 1024) -> Iterator[tuple[np.ndarray,
     if callable(data):
         if job.eval_data is None:
             return None
-        import tensorflow as tf
-
-        ds = data(tf.distribute.InputContext())
-        if not isinstance(ds, tf.data.Dataset):
-            raise TypeError(f"Invalid value for argument 'eval_data'. Received: a dataset_fn that returned "
-                            f"{type(ds).__name__}. Expected a tf.data.Dataset of (x, y) batches.")
-        if int(ds.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
-            raise ValueError("Invalid value for argument 'eval_data'. Received: a dataset_fn whose dataset "
-                             "repeats forever. Expected a finite dataset of (x, y) batches (no repeat()): "
-                             "evaluation reads it to its end.")
-        return ((np.asarray(x), np.asarray(y)) for x, y in ds)
+        return ((np.asarray(x), np.asarray(y)) for x, y in eval_dataset(data))
     x, y = data.x_test, data.y_test
     if not len(x) and job.eval_data is not None:
         x, y = data.x_train, data.y_train

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from workbench.engine import build, control, placement, rundir
+from workbench.engine import build, control, keras_metrics, placement, rundir
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
 from workbench.store import RunDir
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 UNROLL_CHUNK = 5  # unrolled steps per inner tf.function: see steps_fn
 
-Metrics = list  # [(column, keras metric, initial state)]: see build.metrics
+Metrics = list  # [(column, keras metric, initial state)]: see keras_metrics.metrics
 
 
 @dataclass
@@ -78,8 +78,7 @@ def _state(strategy, job):
         opt = build.optimizer(job)
         opt.build(build.trainable(model))
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    build.check_fit(model, job, build.loss(job))
-    build.eval_batches(job)  # a dataset_fn's evaluation data is checked now, not after training
+    build.check_fit(model, job, build.loss(job))  # the evaluation data too: now, not after training
     ckpt = tf.train.Checkpoint(model=model, optimizer=opt, step=step)
     return model, opt, step, ckpt
 
@@ -126,11 +125,11 @@ def prepare(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> Tra
     pub.event("placement", tasks=[dict(ctx.task_row, devices=placement.devices(ctx.task))],
               variables=placement.variables(model, ctx.task, opt))
     board = Board(job.run_dir, ctx.is_chief)
-    return Training(job, ctx, pub, model, opt, step, start, manager, board, build.metrics(job))
+    return Training(job, ctx, pub, model, opt, step, start, manager, board, keras_metrics.metrics(job))
 
 
 def evaluate(t: Training, step: int) -> Evaluation | None:
-    """Loss, accuracy (sparse labels) and every metric over the evaluation data, on this
+    """Loss, accuracy (``job.classifies``) and every metric over the evaluation data, on this
     (the chief's) process; None when the run has none."""
     job, metrics = t.job, t.metrics
     batches = build.eval_batches(job)
@@ -146,7 +145,7 @@ def evaluate(t: Training, step: int) -> Evaluation | None:
         loss_sum += float(np.sum(lf(y, pred)))
         count += len(y)
         if job.classifies:
-            correct += int(np.sum(np.argmax(np.asarray(pred), axis=-1) == np.reshape(y, [-1])))
+            correct += float(np.sum(keras_metrics.accuracy(y, pred)))
         for _, metric, _ in metrics:
             metric.update_state(y, pred)
     if not count:
@@ -234,14 +233,10 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
         update = graph.get_operations()[first:]  # the update's ops (its pushes to PS tasks)
         done = step.assign_add(1, read_value=True)
         out = [tf.cast(loss, tf.float32)]
-        if not job.classifies:
-            out.append(tf.constant(0.0))
-        else:
-            hit = tf.equal(tf.argmax(pred, axis=-1, output_type=tf.int64), tf.cast(tf.reshape(y, [-1]), tf.int64))
-            out.append(tf.reduce_sum(tf.cast(hit, tf.float32)))
+        out.append(tf.reduce_sum(keras_metrics.accuracy(y, pred)) if job.classifies else tf.constant(0.0))
         if staleness:
             out.append(tf.cast(done - before - 1, tf.float32))
-        out += [v / local_replicas for v in build.metric_values(metrics, y, pred)]
+        out += [v / local_replicas for v in keras_metrics.metric_values(metrics, y, pred)]
         if timed:
             # the update's own ops and the global step's increment end a step (not a read
             # of every variable back: an op each, and a round trip to a PS task); with

@@ -277,7 +277,7 @@ class Cluster:
     def train(self, model: Callable[[], Any], data: Data | tuple | Callable[[Any], Any], *,
               loss: str | Callable[..., Any] = "sparse_categorical_crossentropy", optimizer: str | Any = "sgd",
               learning_rate: float | Any | None = None, momentum: float = 0.0,
-              strategy: str = "multi_worker_mirrored", workers: int = 2, ps: int = 0,
+              strategy: str = "multi_worker_mirrored", workers: int | None = None, ps: int | None = None,
               global_batch_size: int = 256, steps: int = 300, seed: int = 0, steps_per_execution: int | None = None,
               checkpoint_every: int = 100, eval_every: int = 0,
               variable_partitioner: int | tuple[str, int] | None = None, devices: int = 0,

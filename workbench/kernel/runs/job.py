@@ -31,16 +31,17 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
               variable_partitioner, devices, average_every, metrics, eval_data, compression, anatomy):
     strategy = validate.choice("strategy", strategy, strategies.names())
     spec = strategies.spec(strategy)
+    workers, ps = spec.with_defaults(workers, ps)
     validate.topology(spec, workers, ps, available=available)
-    if not callable(model):
-        raise invalid("model", model, "a callable that returns a keras.Model or tf.Module "
-                      "(for example wb.models.mlp() or a function that builds one)")
+    model = keras_args.model(model)
     data = _data(data)
     eval_data = None if eval_data is None else _data(eval_data, "eval_data", held_out=True)
+    if isinstance(data, Data) and isinstance(eval_data, Data):
+        _evaluable(data, eval_data)
     loss, loss_name = keras_args.loss(loss)
     momentum = validate.fraction("momentum", momentum)
     optimizer, learning_rate = keras_args.optimizer(optimizer, learning_rate, momentum)
-    metrics = keras_args.metrics(metrics, loss_name)
+    metrics, accuracy = keras_args.metrics(metrics)
     global_batch_size = validate.positive_int("global_batch_size", global_batch_size)
     steps = validate.positive_int("steps", steps)
     if seed is not None:
@@ -102,7 +103,8 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
         workers=workers, ps=ps, steps_per_execution=steps_per_execution,
         checkpoint_every=checkpoint_every, eval_every=eval_every,
         stop_check_every=max(steps_per_execution, 10), variable_partitioner=variable_partitioner,
-        devices=devices, average_every=average_every, metrics=metrics, eval_data=eval_data, loss_name=loss_name,
+        devices=devices, average_every=average_every, metrics=metrics, accuracy=accuracy, eval_data=eval_data,
+        loss_name=loss_name,
         compression=compression, anatomy=anatomy,
     )
 
@@ -111,6 +113,15 @@ def _listed(flag, quote=True):
     """The strategies whose spec has ``flag``, for a message: "'mirrored' and 'single'"."""
     names = [repr(n) if quote else n for n in strategies.with_flag(flag)]
     return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _evaluable(data, eval_data):
+    """Evaluation feeds the model what training does: ``eval_data``'s examples must have the
+    shape of ``data``'s (whether the model takes them is checked on the engines, before
+    training, where the model is)."""
+    if eval_data.input_shape != data.input_shape:
+        raise invalid("eval_data", f"examples of shape {eval_data.input_shape}",
+                      f"examples of the shape data has, which the model trains on: {data.input_shape}")
 
 
 def _data(data, name="data", held_out=False):
@@ -130,8 +141,8 @@ def _data(data, name="data", held_out=False):
         if any(a.dtype == object for a in arrays):
             raise invalid(name, "arrays of dtype object", "numeric arrays (x, y)")
         if held_out and len(arrays) == 2:
-            return datasets.from_numpy(*arrays, name="eval_data", test_fraction=1.0)
-        return datasets.from_numpy(*arrays)
+            return datasets.from_numpy(*arrays, name="eval_data", test_fraction=1.0, argument=name)
+        return datasets.from_numpy(*arrays, argument=name)
     if callable(data):
         return data
     raise invalid(name, type(data).__name__,

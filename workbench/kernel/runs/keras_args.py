@@ -19,8 +19,6 @@ from workbench.errors import invalid
 # columns every step row already has: a metric may not take their names
 _RESERVED = {"step", "worker", "loss", "accuracy", "time", "elapsed", "step_time", "examples_per_s", "replicas",
              "staleness"}
-# what "accuracy" means for a loss, as Keras' compile resolves it
-_ACCURACY = {"categorical_crossentropy": "categorical_accuracy", "binary_crossentropy": "binary_accuracy"}
 
 
 def _keras_class(path):
@@ -43,6 +41,34 @@ def _is(value, path):
 
 def _snake(name):
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def model(value: Any) -> Any:
+    """What engines call to build the run's model: ``value`` itself when it is such a
+    callable, or, for a Keras model instance made in this kernel, a ``models.Rebuilt`` of its
+    config and weights, rebuilt here once first (what every engine will do: a model Keras
+    cannot rebuild is refused now, not on each engine). A ``tf.Module`` instance has no
+    config to rebuild it from: refused, asking for the function that makes it."""
+    from workbench import models
+
+    label = f"<{type(value).__name__} object>"
+    if _is(value, "Model"):
+        try:
+            spec = models.rebuilt(value)
+            spec()
+        except Exception as e:
+            raise invalid("model", label, "a Keras model that Keras rebuilds from its config and weights (as "
+                          "keras.models.clone_model does), or a function that builds it; rebuilding it failed: "
+                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+        return spec
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(value, tf.Module):
+        raise invalid("model", label, "a function that returns the tf.Module, called on each engine (an instance "
+                      "has no config to rebuild it from there), for example wb.models.module_mlp(...)")
+    if not callable(value):
+        raise invalid("model", value, "a callable that returns a keras.Model or tf.Module "
+                      "(for example wb.models.mlp() or a function that builds one), or a keras.Model")
+    return value
 
 
 def loss(value: Any) -> tuple[Any, str]:
@@ -108,26 +134,24 @@ def _label(value):
     return getattr(value, "__name__", repr(value))
 
 
-def metrics(value: Sequence[Any] | None, loss_name: str) -> tuple[str | FromConfig, ...]:
-    """A tuple of metric names and ``FromConfig`` of metric objects, each named by the column
-    it gets in ``run.history``. "accuracy" means what Keras' compile makes of it for the
-    loss: the built-in ``accuracy`` column for sparse labels."""
+def metrics(value: Sequence[Any] | None) -> tuple[tuple[str | FromConfig, ...], bool]:
+    """``(metrics, accuracy)``: a tuple of metric names and ``FromConfig`` of metric objects,
+    each named by the column it gets in ``run.history``, and whether "accuracy" (or "acc") was
+    asked for. That one is the built-in ``accuracy`` column and ``test_accuracy``, resolved on
+    the engines from the labels' and outputs' shapes as Keras' ``compile`` resolves it
+    (binary, sparse categorical or categorical accuracy), whatever the loss."""
     if value is None:
-        return ()
+        return (), False
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
         raise invalid("metrics", value, "a list of Keras metric names or keras.metrics.Metric objects, "
                       "for example ['sparse_top_k_categorical_accuracy']")
-    out, names = [], set()
+    out, names, accuracy = [], set(), False
     get = _keras_class("metrics.get")
     for m in value:
         if isinstance(m, str):
             if m in ("accuracy", "acc"):
-                if loss_name == "sparse_categorical_crossentropy":
-                    continue  # every step already reports it
-                if loss_name not in _ACCURACY:
-                    raise invalid("metrics", m, f"a specific accuracy for loss {loss_name!r}, such as "
-                                  "'categorical_accuracy' or 'binary_accuracy'")
-                m = _ACCURACY[loss_name]
+                accuracy = True
+                continue
             if m in _RESERVED or m in names:
                 raise invalid("metrics", m, "metric names that are not already columns of run.history "
                               f"({', '.join(sorted(_RESERVED | names))}): pass the metric with name=...")
@@ -147,4 +171,4 @@ def metrics(value: Sequence[Any] | None, loss_name: str) -> tuple[str | FromConf
                           f"({', '.join(sorted(_RESERVED | names))}): pass the metric with name=...")
         names.add(name)
         out.append(spec)
-    return tuple(out)
+    return tuple(out), accuracy
