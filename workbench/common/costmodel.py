@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.common import strategies
+
 # -- bytes ------------------------------------------------------------------------------------
 
 
@@ -181,7 +183,10 @@ class Scenario:
     pauses: float = 0.0
 
 
-SYNC_RING = ("multi_worker_mirrored", "parameter_averaging")
+def ring(strategy: str) -> bool:
+    """Do the strategy's workers sum over a ring (several engines, in lockstep)?"""
+    spec = strategies.spec(strategy)
+    return spec.synchronous and spec.multi_engine and not spec.has_ps
 
 
 def compute_time(s: Scenario) -> tuple[float, float]:
@@ -260,12 +265,13 @@ def predict(s: Scenario) -> dict[str, Any]:
     rx: dict[str, float] = {}
     comm = 0.0
     ps_load: dict[str, float] = {}
-    if s.strategy in SYNC_RING and n > 1:
+    spec = strategies.spec(s.strategy)
+    if ring(s.strategy) and n > 1:
         S = message_bytes(s.model_bytes, s.bits, s.tensors)
         steps, chunk = (n - 1, S) if s.bits == 8 else (2 * (n - 1), S / n)
         one, out = _ring_step(s, chunk)
         comm = steps * one
-        every = s.average_every if s.strategy == "parameter_averaging" else 1
+        every = s.average_every if spec.averages else 1
         comm /= every
         for h, sent in out.items():
             tx[h] = tx.get(h, 0.0) + steps * sent / every
@@ -274,7 +280,7 @@ def predict(s: Scenario) -> dict[str, Any]:
         rate = 1.0 / (worker_time + s.pauses)
         on_links = comm
         latency = steps * max((_link(s, h).alpha for h in out), default=0.0) / every
-    elif s.strategy == "parameter_server":
+    elif spec.has_ps:
         S = s.model_bytes
         shares = s.ps_shares or {f"ps:{j}": 1.0 / max(s.ps, 1) for j in range(s.ps)}
         transfer, alpha = 0.0, 0.0  # one way, for the slowest worker, unloaded links
@@ -342,7 +348,7 @@ def _bottleneck(s: Scenario, p: dict[str, Any], fixed: float) -> tuple[str, str]
                 f"network-bound: {host}'s link carries {moved[host] / 1e6:.3g} MB per step at {speed}; "
                 f"predicted {rate:.3g} steps/s")
     if p["link_time"] >= fixed:  # messages between tasks of one host, over its loopback
-        messages = 2 * (s.workers - 1) if s.strategy in SYNC_RING else 2
+        messages = 2 * (s.workers - 1) if ring(s.strategy) else 2
         return "communication", (f"communication-bound: {p['link_time'] * 1e3:.3g} ms per step in {messages} "
                                  f"messages between the tasks over this machine's loopback "
                                  f"({s.loopback.alpha * 1e3:.3g} ms each before its bytes), against "

@@ -194,13 +194,13 @@ def explain(run: Any) -> Explanation:
     rows = [("steps/s", p["steps_per_s"], measured_rate, "model"),
             ("step time per worker (ms)", p["step_time"] * 1e3, parts["step_time"] * 1e3, "model"),
             ("compute per step (ms)", p["compute_time"] * 1e3, parts["compute"] * 1e3,
-             "model: pulls of the variables" if s.strategy == "parameter_server" else "measured (the model's input)"),
+             "model: pulls of the variables" if strategies.spec(s.strategy).has_ps else "measured (the model's input)"),
             ("communication per step (ms)", p["comm_time"] * 1e3, parts["communication"] * 1e3, "model"),
             ("input, waiting and other per step (ms)", (s.input + s.other) * 1e3,
              (s.input + s.other) * 1e3, "measured (the model's input)"),
             ("pauses between calls per step (ms)", s.pauses * 1e3, s.pauses * 1e3,
              "measured (the model's input): checkpoints, evaluations, dispatch")]
-    if s.strategy in costmodel.SYNC_RING and s.workers > 1:
+    if costmodel.ring(s.strategy) and s.workers > 1:
         sent = costmodel.message_bytes(s.model_bytes, s.bits, s.tensors)
         rows.append(("bytes handed to the all-reduce per step", sent, parts["bytes_per_step"], "model"))
     steady = _steady(h)
