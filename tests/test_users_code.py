@@ -1,17 +1,21 @@
 """A user's functions travel to engines with their source (``common/payload.py``): AutoGraph
-converts a loss written in a notebook cell, and an engine's traceback shows the user's cell
-and line."""
+converts a loss written in a notebook cell, and an engine's error shows the user's cell and
+line before the engine's own frames."""
 
+import linecache
 import os
 import subprocess
 import sys
 import textwrap
+import traceback
 
 import nbformat
 import pytest
+from IPython.core.ultratb import AutoFormattedTB
 from nbclient import NotebookClient
 
 from workbench.common import payload
+from workbench.kernel.runs.watcher import users_frames
 
 # what a notebook cell is to Python: source in linecache only, under a file name that exists
 # nowhere (ipykernel names it /tmp/ipykernel_<pid>/<hash>.py)
@@ -26,8 +30,6 @@ CELL_SOURCE = textwrap.dedent("""\
 
 
 def cell_function():
-    import linecache
-
     linecache.cache[CELL] = (len(CELL_SOURCE), None, CELL_SOURCE.splitlines(True), CELL)
     namespace = {"__name__": "__main__"}
     exec(compile(CELL_SOURCE, CELL, "exec"), namespace)
@@ -50,6 +52,33 @@ def test_a_cells_function_and_the_functions_in_it_keep_their_source_in_another_p
     assert done.stdout.splitlines() == [
         f"3.0 {CELL}", "def scaled(values):", "['def twice(v):', 'halve = lambda v: v / 2']"]
     assert not os.path.exists(CELL)
+
+
+@pytest.mark.parametrize("formatter", ["python", "ipython"])
+def test_an_engines_traceback_gives_the_users_frames_with_their_lines(formatter):
+    """An engine's traceback as Python or IPython writes it (IPython writes the home as ~):
+    the frames in files whose code this kernel shipped, with their source lines."""
+    home_cell = os.path.expanduser("~/not-on-any-disk/cell.py")
+    source = "def fails(x):\n    return check(x)\n\ndef check(x):\n    raise ValueError(x)\n"
+    linecache.cache[home_cell] = (len(source), None, source.splitlines(True), home_cell)
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, home_cell, "exec"), namespace)
+    payload.dumps(namespace["fails"])  # shipped
+    try:
+        namespace["fails"](1)
+    except ValueError as e:
+        if formatter == "python":
+            text = "".join(traceback.format_exception(e))
+        else:
+            text = "\n".join(AutoFormattedTB(mode="Context", color_scheme="NoColor").structured_traceback(
+                type(e), e, e.__traceback__))
+    shown = "File ~/not-on-any-disk/cell.py:2" if formatter == "ipython" else f'File "{home_cell}", line 2'
+    assert shown in text
+    assert users_frames(text).splitlines() == [
+        "--- your code (most recent call last) ---",
+        f'  File "{home_cell}", line 2, in fails', "    return check(x)",
+        f'  File "{home_cell}", line 5, in check', "    raise ValueError(x)", "",
+    ]
 
 
 def notebook():
@@ -93,7 +122,7 @@ def notebook():
 
 
 @pytest.mark.cluster
-def test_a_notebook_cells_loss_trains_and_its_errors_show_the_cells_lines(tmp_path):
+def test_a_notebook_cells_loss_trains_and_its_errors_show_the_cells_first(tmp_path):
     nb = notebook()
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     out = ["".join(o.get("text", "") for o in cell.outputs) for cell in nb.cells]
@@ -105,6 +134,14 @@ def test_a_notebook_cells_loss_trains_and_its_errors_show_the_cells_lines(tmp_pa
     error = "\n".join(lines)
     assert lines[0].startswith("local:0 (engine ") and lines[0].endswith(
         ") failed: ValueError: raised in the user's cell"), lines[0]
+    assert lines[1:7] == [
+        "",
+        "--- your code (most recent call last) ---",
+        "  Cell In[3], line 2, in broken_model",
+        "    return helper()",
+        "  Cell In[2], line 2, in helper",
+        '    raise ValueError("raised in the user\'s cell")',
+    ], error
     # the engine's own traceback shows the cells' lines (it showed '<dynamic-code>', no source)
     engines = error.split("--- engine traceback ---", 1)[1]
     assert 'raise ValueError("raised in the user\'s cell")' in engines and "return helper()" in engines, error
