@@ -37,7 +37,7 @@ def test_the_readmes_test_command_first_installs_the_debian_packages_the_suite_d
     second = quickstart_commands()[1]
     assert second.startswith("bash tools/system-packages.sh && python -m pip install"), second
     script = ROOT / "tools" / "system-packages.sh"
-    needed = set(re.findall(r"^need (\S+) (\S+)$", script.read_text(), re.M))
+    needed = set(re.findall(r"^need (\S+) (\S+)$", script.read_text(), re.MULTILINE))
     wanted = set(bed._PACKAGES.items()) | set(slurm.PACKAGES.items()) | {("mpiexec", "openmpi-bin"),
                                                                           ("chromium", "chromium")}
     assert wanted <= needed, f"not installed by {script.name}: {sorted(wanted - needed)}"

@@ -22,7 +22,8 @@ import io
 import linecache
 import marshal
 import types
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import cloudpickle
 

@@ -31,7 +31,7 @@ _POLL = 0.05
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # a frame's first line in an engine's traceback: IPython's ("File ~/x.py:12, in loss(y, p)",
 # 8.x and 9.x) or Python's ('File "/x.py", line 12, in loss')
-_FRAME = re.compile(r'^\s*File "?(?P<file>.+?)"?(?::|, line )(?P<line>\d+), in (?P<name>[^\s(]+)', re.M)
+_FRAME = re.compile(r'^\s*File "?(?P<file>.+?)"?(?::|, line )(?P<line>\d+), in (?P<name>[^\s(]+)', re.MULTILINE)
 
 
 def users_frames(tb: str) -> str:
