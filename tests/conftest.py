@@ -142,7 +142,7 @@ def cluster4():
 @pytest.fixture
 def lab(tmp_path):
     """JupyterLab on 127.0.0.1 with a token, serving a copy of the notebooks."""
-    assert os.path.exists(CHROMIUM), "Debian's chromium is needed: apt-get install chromium (tools/system-packages.sh does)"
+    assert os.path.exists(CHROMIUM), "Debian's chromium is needed (tools/system-packages.sh installs it)"
     root = tmp_path / "root"
     shutil.copytree(ROOT / "notebooks", root)
     port, token = free_port(), secrets.token_hex(16)
