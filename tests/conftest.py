@@ -37,16 +37,62 @@ SERIAL = {
 }
 
 
+def pytest_configure(config):
+    """A crashed pytest-xdist worker is not replaced (``--max-worker-restart=0`` unless asked
+    otherwise): a new worker collects the whole suite again, and what it would be given
+    to run, the dead worker's file, would run beside the clusters and test bed that worker
+    left behind. The crash fails the run (the scheduler below)."""
+    if getattr(config.option, "maxworkerrestart", "unset") is None:
+        config.option.maxworkerrestart = "0"
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's scheduling by file (a file's tests share its module fixtures, a
-    notebook's cells its kernel), with the ``SERIAL`` files as one unit."""
+    notebook's cells its kernel), with the ``SERIAL`` files as one unit. A worker that dies
+    ends the run: its file goes to no other worker, and the others stop after the test they
+    are running (xdist's own LoadScopeScheduling hands the dead worker's file, the crashed
+    test first, to the next worker that asks, and lets the others run every file they were
+    given)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class Scheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid):
             path = nodeid.split("::", 1)[0]
             return "serial" if path in SERIAL else path
+
+        def remove_node(self, node):
+            """``node`` finished, or died: then its first test not done is the one it died in."""
+            left = _left(self.assigned_work.pop(node))
+            if left:
+                self.workqueue.clear()
+                for other in self.nodes:
+                    self._withdraw(other)
+            return left[0] if left else None
+
+        def _withdraw(self, node):
+            """Take back the tests ``node`` has not started: all but its first two not done
+            (the one it runs, and the next, which an xdist worker holds to know its teardown)."""
+            queued = _left(self.assigned_work[node])[2:]
+            if queued:
+                collection = self.registered_collections[node]
+                node.send_steal([collection.index(nodeid) for nodeid in queued])
+
+        def remove_pending_tests_from_node(self, node, indices):
+            """The worker's answer to a withdrawal: the tests it gave back, or none when it had
+            started one of them meanwhile (then asked again)."""
+            if node not in self.assigned_work:  # it has ended since
+                return
+            if not indices:
+                self._withdraw(node)
+                return
+            collection = self.registered_collections[node]
+            for i in indices:
+                self.assigned_work[node][self._split_scope(collection[i])].pop(collection[i])
+
+    def _left(workload):
+        """The tests of a worker's ``workload`` ({unit: {test: done}}) not done, in order."""
+        return [nodeid for unit in workload.values() for nodeid, done in unit.items() if not done]
 
     return Scheduling(config, log)
 
@@ -96,7 +142,7 @@ def cluster4():
 @pytest.fixture
 def lab(tmp_path):
     """JupyterLab on 127.0.0.1 with a token, serving a copy of the notebooks."""
-    assert os.path.exists(CHROMIUM), "Debian's chromium is needed: apt-get install chromium (.ci/run does)"
+    assert os.path.exists(CHROMIUM), "Debian's chromium is needed (tools/system-packages.sh installs it)"
     root = tmp_path / "root"
     shutil.copytree(ROOT / "notebooks", root)
     port, token = free_port(), secrets.token_hex(16)

@@ -27,6 +27,24 @@ def test_ci_runs_exactly_the_readmes_test_command():
     assert lines[-1] == second
 
 
+def test_the_readmes_test_command_first_installs_the_debian_packages_the_suite_drives():
+    """On a fresh machine (root, Debian, pip) the README's second command alone puts in place
+    what the suite drives outside Python: tools/system-packages.sh installs every program the
+    test bed, its Slurm, the MPI launcher and the browser test look for; here, where they
+    are, it does nothing."""
+    from workbench.kernel.testbed import bed, slurm
+
+    second = quickstart_commands()[1]
+    assert second.startswith("bash tools/system-packages.sh && python -m pip install"), second
+    script = ROOT / "tools" / "system-packages.sh"
+    needed = set(re.findall(r"^need (\S+) (\S+)$", script.read_text(), re.MULTILINE))
+    wanted = set(bed._PACKAGES.items()) | set(slurm.PACKAGES.items()) | {("mpiexec", "openmpi-bin"),
+                                                                          ("chromium", "chromium")}
+    assert wanted <= needed, f"not installed by {script.name}: {sorted(wanted - needed)}"
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
 def test_the_readmes_first_command_installs_and_serves_the_quickstart(tmp_path):
     first = quickstart_commands()[0]
     with socket.socket() as s:

@@ -7,9 +7,8 @@ from dataclasses import replace
 
 from typing import Any
 
-import cloudpickle
-
 from workbench.common import strategies
+from workbench.common.payload import dumps
 from workbench.engine import entry
 from workbench.errors import EngineError
 from workbench.kernel.runs import files
@@ -54,9 +53,10 @@ def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = Non
             cluster.pool.heal()
             tasks = cluster.pool.plan(spec.roles, job.workers, job.ps, spec.multi_engine, devices=job.devices)
     job = replace(job, unshared_hosts=tuple(unshared))
-    # cloudpickle ships functions defined in a notebook (__main__) by value; the same bytes
-    # in the run directory let any later kernel resume the run (``Cluster.resume``)
-    payload = cloudpickle.dumps(job)
+    # cloudpickle ships functions defined in a notebook (__main__) by value, with their source
+    # (common/payload.py); the same bytes in the run directory let any later kernel resume the
+    # run (``Cluster.resume``)
+    payload = dumps(job)
     run_dir.write_job(payload)
     if unshared and resume:  # their engines restore the checkpoint from their own disk
         files.push_run_files(cluster.client, [t for t in tasks if t.host in unshared], str(run_dir.path),

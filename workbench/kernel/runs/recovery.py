@@ -13,8 +13,7 @@ import threading
 import time
 from typing import Any
 
-import cloudpickle
-
+from workbench.common.payload import dumps
 from workbench.engine import entry
 from workbench.errors import EngineError, ProfilerCrashed, RunStalled
 from workbench.kernel.engines.health import answer, crashed_in_profiler, unreachable
@@ -135,7 +134,7 @@ class EngineWatch:
         for task in tasks:
             try:
                 new = pool.retarget(task, mapping)
-                ar = run.cluster.client[new.engine_id].apply_async(entry.run_task, cloudpickle.dumps(run.job), new)
+                ar = run.cluster.client[new.engine_id].apply_async(entry.run_task, dumps(run.job), new)
                 started.append((task, new, ar))
             except Exception as e:
                 run.note("worker_not_replaced", task=task.name, step=run.step, error=f"{type(e).__name__}: {e}")

@@ -11,12 +11,16 @@ without the run directory it keeps the kernel's copy of what they write there cu
 
 from __future__ import annotations
 
+import linecache
+import os
 import re
 import threading
 import time
 from typing import Any
 
-from workbench.common import strategies
+from IPython import get_ipython
+
+from workbench.common import payload, strategies
 from workbench.common.protocols import Metrics, ServerResult, TaskResult
 from workbench.errors import EngineError, RunStalled, RunStopped
 from workbench.kernel.runs import files
@@ -25,6 +29,29 @@ from workbench.store import ResultRecord, RunDir
 
 _POLL = 0.05
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# a frame's first line in an engine's traceback: IPython's ("File ~/x.py:12, in loss(y, p)",
+# 8.x and 9.x) or Python's ('File "/x.py", line 12, in loss')
+_FRAME = re.compile(r'^\s*File "?(?P<file>.+?)"?(?::|, line )(?P<line>\d+), in (?P<name>[^\s(]+)', re.MULTILINE)
+
+
+def users_frames(tb: str) -> str:
+    """The frames of ``tb``, an engine's traceback, in the user's own code (the files whose
+    functions this kernel shipped by value, ``common/payload.py``), each with its line as
+    this kernel has it: a section to read before the engine's ~50 lines of ipyparallel and
+    workbench frames. A notebook cell is named as IPython names it here ("Cell In[3]")."""
+    shell = get_ipython()
+    lines = []
+    for frame in _FRAME.finditer(tb):
+        filename = os.path.expanduser(frame["file"])  # IPython writes the home as ~
+        if filename not in payload.SHIPPED:
+            continue
+        cell = shell.compile.format_code_name(filename) if shell is not None else None
+        where = f"{cell[0]} {cell[1]}" if cell else f'File "{filename}"'
+        lines.append(f"  {where}, line {frame['line']}, in {frame['name']}\n")
+        source = linecache.getline(filename, int(frame["line"])).strip()
+        if source:
+            lines.append(f"    {source}\n")
+    return "--- your code (most recent call last) ---\n" + "".join(lines) + "\n" if lines else ""
 
 
 class Watcher:
@@ -162,7 +189,8 @@ class Watcher:
             evalue = getattr(e, "evalue", str(e))
             tb = _ANSI.sub("", getattr(e, "traceback", None) or str(e))
             self.error = EngineError(
-                f"{name} (engine {task.engine_id}) failed: {ename}: {evalue}\n\n--- engine traceback ---\n{tb}",
+                f"{name} (engine {task.engine_id}) failed: {ename}: {evalue}\n\n{users_frames(tb)}"
+                f"--- engine traceback ---\n{tb}",
                 role=task.role, task=task.index, engine_id=task.engine_id, remote_traceback=tb)
             return
         self.outcome[name] = result
