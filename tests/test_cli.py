@@ -1,17 +1,119 @@
 """The headless CLI: same runs as the notebook, a progress bar, a summary, clear errors."""
 
+import codecs
+import fcntl
 import os
+import pty
 import re
+import select
+import struct
 import subprocess
 import sys
+import termios
 
+import psutil
 import pytest
+from checks import wait_for
 
 
 def run_cli(tmp_path, *args):
     env = dict(os.environ, WORKBENCH_HOME=str(tmp_path / "home"))
     return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True,
                           env=env, timeout=600)
+
+
+class Terminal:
+    """``python -m workbench ARGS`` in a real terminal, as a shell runs a job: a pty of
+    ``columns`` columns is its controlling terminal, and the command leads its own session,
+    so its process group is the terminal's foreground group, which the terminal's interrupt
+    character (Ctrl-C) signals. ``output``: everything the terminal showed; ``started``:
+    every process the command started, as seen while reading."""
+
+    def __init__(self, tmp_path, *args, columns=120):
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+        env = dict(os.environ, WORKBENCH_HOME=str(tmp_path / "home"), TERM="xterm")
+        env.pop("COLUMNS", None)
+        self.proc = subprocess.Popen([sys.executable, "-m", "workbench", *args], stdin=slave, stdout=slave,
+                                     stderr=slave, env=env, start_new_session=True,
+                                     preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+        os.close(slave)
+        self.output = ""
+        self.closed = False  # every process that had the terminal open has closed it
+        self._decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode
+        self.started: dict[int, psutil.Process] = {}
+
+    def read(self, seconds=0.1):
+        """What the terminal shows within ``seconds``; notes the command's processes."""
+        try:
+            self.started.update((p.pid, p) for p in psutil.Process(self.proc.pid).children(recursive=True))
+        except psutil.Error:
+            pass
+        if not self.closed and select.select([self.master], [], [], seconds)[0]:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:  # EIO: no process has the terminal open any more
+                data = b""
+            self.closed = not data
+            self.output += self._decode(data)
+        return self.output
+
+    def interrupt(self):
+        """Type the terminal's interrupt character (Ctrl-C)."""
+        os.write(self.master, termios.tcgetattr(self.master)[6][termios.VINTR])
+
+    def foreground(self):
+        """The PIDs of the command's processes in the terminal's foreground process group."""
+        group = os.tcgetpgrp(self.master)
+        out = set()
+        for pid, p in self.started.items():
+            try:
+                if p.is_running() and os.getpgid(pid) == group:
+                    out.add(pid)
+            except ProcessLookupError:
+                pass
+        return out
+
+    def wait(self, timeout):
+        """The command's exit code, once it exited and the terminal showed all it wrote."""
+        def ended():
+            self.read()
+            return self.closed and self.proc.poll() is not None
+
+        wait_for(ended, timeout, lambda: f"the command to exit; the terminal shows:\n{self.output[-3000:]}")
+        os.close(self.master)
+        return self.proc.returncode
+
+
+@pytest.mark.cluster
+def test_ctrl_c_in_the_terminal_stops_the_run_at_an_agreed_step_and_ends_every_process(tmp_path):
+    """As a notebook's interrupt does (``Run.wait``): the run stops at an agreed step with a
+    checkpoint, its status "stopped"; no traceback, exit code 130, and nothing the command
+    started is left. The engines never see the Ctrl-C: they are outside the terminal's
+    foreground process group."""
+    import workbench as wb
+
+    term = Terminal(tmp_path, "train", "--strategy", "multi_worker_mirrored", "--workers", "2",
+                    "--steps", "100000", "--global-batch-size", "64", "--checkpoint-every", "0")
+    try:
+        wait_for(lambda: re.search(r"\| [1-9][\d,]*/100000 ", term.read()), 300,
+                 lambda: f"the progress bar to count steps; the terminal shows:\n{term.output[-3000:]}")
+        # engines, zygote and controller are outside the group the terminal signals
+        assert not term.foreground(), {p: term.started[p].cmdline()[-3:] for p in term.foreground()}
+        term.interrupt()
+        code = term.wait(120)
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+    assert code == 130, term.output[-3000:]
+    assert "Traceback" not in term.output, term.output[-5000:]
+    run_id = re.search(r"run (\S+) started", term.output).group(1)
+    run = wb.load(run_id, home=tmp_path / "home")
+    assert run.status == "stopped", (run.status, run.error)
+    assert 0 < run.final_step < 100000 and run.checkpoint == run.final_step, (run.final_step, run.checkpoint)
+    assert f"stopped at step {run.final_step}" in term.output, term.output[-3000:]
+    wait_for(lambda: not [p for p in term.started.values() if p.is_running()], 30,
+             lambda: f"every process the command started to end: {[p.cmdline() for p in term.started.values() if p.is_running()]}")
 
 
 @pytest.mark.cluster
