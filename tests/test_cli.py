@@ -107,6 +107,11 @@ def test_ctrl_c_in_the_terminal_stops_the_run_at_an_agreed_step_and_ends_every_p
             term.proc.kill()
     assert code == 130, term.output[-3000:]
     assert "Traceback" not in term.output, term.output[-5000:]
+    # the progress bar, as the 120-column terminal showed it: every rendering with the loss,
+    # narrower than the terminal, with no empty field in its brackets
+    bars = [line.replace("^C", "") for line in re.split(r"[\r\n]", term.output)  # less the Ctrl-C's echo
+            if "/100000 [" in line and "steps/s" in line]
+    assert bars and all(len(line) < 120 and "loss " in line and ", ," not in line for line in bars), bars
     run_id = re.search(r"run (\S+) started", term.output).group(1)
     run = wb.load(run_id, home=tmp_path / "home")
     assert run.status == "stopped", (run.status, run.error)

@@ -230,11 +230,14 @@ def _follow(run, out, progress, interrupted):
     def show(bar, h, rate, where):
         bar.update(int(h.step.max()) - bar.n if len(h) else 0)
         rate_text = "-" if rate != rate else f"{rate:,.1f}"  # NaN: too few steps yet
-        loss = f", loss {h.loss.iloc[-20:].mean():.4f}" if len(h) else ""
-        bar.set_postfix_str(f"{rate_text} steps/s ({where}){loss}")
+        loss = f"loss {h.loss.iloc[-20:].mean():.4f}, " if len(h) else ""
+        bar.set_postfix_str(f"{loss}{rate_text} steps/s ({where})")
 
+    # tqdm writes the postfix's ", " itself; the bar leaves the terminal's last column free
+    # (terminals wrap or cut a line that fills it), and the loss leads the postfix: where
+    # the terminal is too narrow for the line, tqdm cuts its end
     with tqdm(total=run.job.steps, unit="step", file=out, disable=not progress, dynamic_ncols=True,
-              bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {postfix}]",
+              bar_format="{l_bar}{bar:-1}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
               initial=int(run.history.step.max()) if len(run.history) else 0) as bar:
         while not run.done and not interrupted.is_set():
             h = run.history
