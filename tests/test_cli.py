@@ -159,6 +159,18 @@ def test_cli_help_is_plain_text():
     assert out.returncode == 0 and "``" not in out.stdout and "'python -m workbench train ...'" in out.stdout
 
 
+def test_train_help_offers_only_what_a_command_line_can_pass_and_every_default():
+    out = subprocess.run([sys.executable, "-m", "workbench", "train", "--help"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    entries = [" ".join(e.split()) for e in re.split(r"\n  (?=-)", out.stdout.split("\noptions:\n", 1)[1])]
+    assert len(entries) > 20 and entries[-1].startswith("--no-progress"), entries
+    for entry in entries[1:-1]:  # those of --help and --no-progress say what they do
+        assert "(default: " in entry, entry
+        python_only = [word for word in ("object", "callable", "wb.", "Keras", "None") if word in entry]
+        assert not python_only, entry
+
+
 @pytest.mark.cluster
 def test_cli_lists_shows_and_resumes_a_run_with_another_number_of_workers(tmp_path):
     out = run_cli(tmp_path, "train", "--strategy", "multi_worker_mirrored", "--workers", "2", "--steps", "40",

@@ -27,14 +27,14 @@ def _parser() -> argparse.ArgumentParser:
                        description="Cluster.train's options, on a local cluster of its own.")
     for o in options.TRAINING:  # Cluster.train's options, from their one declaration
         if o.cli:
-            shown = "" if o.default is None else f" (default: {o.default})"
+            shown = (o.cli_help or o.help) + ("" if o.default is None else f" (default: {o.default})")
             if o.type is bool:  # --anatomy / --no-anatomy
-                t.add_argument(o.flag, action=argparse.BooleanOptionalAction, default=o.default, help=o.help + shown)
+                t.add_argument(o.flag, action=argparse.BooleanOptionalAction, default=o.default, help=shown)
             else:
-                t.add_argument(o.flag, type=o.type, default=o.default, help=o.help + shown)
+                t.add_argument(o.flag, type=o.type, default=o.default, help=shown)
     t.add_argument("--engines", type=int, default=None, help="engines to start (default: what the run needs)")
-    t.add_argument("--data", default="digits", help="digits | synthetic")
-    t.add_argument("--hidden", default="64,32", help="hidden layer widths, comma-separated")
+    t.add_argument("--data", default="digits", help="digits | synthetic (default: %(default)s)")
+    t.add_argument("--hidden", default="64,32", help="hidden layer widths, comma-separated (default: %(default)s)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     sub.add_parser("runs", help="list the runs recorded under the workbench home, newest first")
     s = sub.add_parser("show", help="one recorded run: status, steps, loss, evaluation, events, checkpoint")
