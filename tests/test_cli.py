@@ -179,8 +179,13 @@ def test_cli_lists_shows_and_resumes_a_run_with_another_number_of_workers(tmp_pa
     run_id = re.search(r"^run (\S+): ", out.stdout, re.M).group(1)  # the summary's first line
     listed = run_cli(tmp_path, "runs")
     assert listed.returncode == 0 and run_id in listed.stdout and "finished" in listed.stdout, listed.stderr
+    # refused before any engine starts
     refused = run_cli(tmp_path, "resume", run_id[:-3], "--steps", "60", "--workers", "3")
     assert refused.returncode == 2 and "Invalid value for argument '--workers'" in refused.stderr, refused.stderr
+    assert "starting a local cluster" not in refused.stdout, refused.stdout
+    refused = run_cli(tmp_path, "resume", run_id[:-3], "--steps", "30")
+    assert refused.returncode == 2 and "argument '--steps'. Received: --steps=30. Expected at least 40" in refused.stderr
+    assert "starting a local cluster" not in refused.stdout, refused.stdout
     resumed = run_cli(tmp_path, "resume", run_id[:-3], "--steps", "60", "--workers", "1", "--no-progress")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "steps          60/60" in resumed.stdout and "workers=1" in resumed.stdout

@@ -148,13 +148,12 @@ def stop(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
 
 def resume(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
     import workbench as wb
+    from workbench.kernel.runs.recorded import resume_job
 
-    run = wb.load(args.run)
-    job = run.job
-    workers = args.workers if args.workers is not None else job.workers
-    ps = args.ps if args.ps is not None else job.ps
-    with _started(wb, _engines_needed(job.strategy, workers, ps), out) as cluster:
-        return _to_the_end(lambda: cluster.resume(run.id, steps=args.steps, workers=args.workers, ps=args.ps),
+    # the resume's checks, before any engine starts (Cluster.resume makes them again)
+    job, steps = resume_job(args.run, steps=args.steps, workers=args.workers, ps=args.ps)
+    with _started(wb, _engines_needed(job.strategy, job.workers, job.ps), out) as cluster:
+        return _to_the_end(lambda: cluster.resume(job.run_dir, steps=steps, workers=args.workers, ps=args.ps),
                            out, progress=not args.no_progress)
 
 
