@@ -5,6 +5,7 @@ enough), ``stop RUN`` asks a running one to stop (keeping a checkpoint), ``resum
 --steps N`` continues one from its last checkpoint on a local cluster."""
 
 import argparse
+import logging
 import re
 import signal
 import sys
@@ -182,6 +183,9 @@ def _started(wb, engines, out):
         cluster = wb.Cluster(engines=engines).start()
     except KeyboardInterrupt:
         _say(out, "interrupted: the cluster was stopped before it was ready")
+        # an interrupted connect leaves ipyparallel's pending task, which asyncio would
+        # report as this process exits ("Task was destroyed but it is pending!")
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
         raise
     _say(out, f"{engines} engines ready in {time.monotonic() - t0:.1f} s")
     return cluster
