@@ -172,6 +172,11 @@ def test_hosts_are_checked_before_anything_starts():
         wb.Cluster(hosts={"h1": 1})
     with pytest.raises(wb.ConfigError, match="Invalid value for argument 'engines'"):
         wb.Cluster(3, launcher="ssh", hosts={"h1": 1, "h2": 1})
+    with pytest.raises(wb.ConfigError, match=r"argument 'hosts'. Received: hosts=None. Expected a dict of host"):
+        wb.Cluster(launcher="ssh")  # was a TypeError at start(): 'LazyConfigValue' object is not iterable
+    config = Config()
+    config.SSHEngineSetLauncher.engines = {"gpu1": 4, "gpu2": 4}  # the hosts in ipyparallel's own terms
+    assert wb.Cluster(engines=8, launcher="ssh", config=config).n == 8
 
 
 def test_loopback_addresses_on_different_hosts_are_refused():

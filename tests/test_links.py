@@ -241,15 +241,33 @@ def test_the_placement_picture_draws_each_hosts_link_and_highlights_the_busiest(
     root = ET.fromstring(svg)  # well-formed
     ns = "{http://www.w3.org/2000/svg}"
     groups = {g.get("class"): ["".join(t.itertext()) for t in g.iter(f"{ns}text")] for g in root.iter(f"{ns}g")}
-    assert groups == {"wb-link": ["link 100mbit", "40% used · 40.0 Mbit/s"],
-                      "wb-link wb-busiest": ["link 100mbit", "88% used · 88.0 Mbit/s · busiest"]}
+    assert groups == {"wb-link": ["link 100mbit", "40% used", "40.0 Mbit/s"],
+                      "wb-link wb-busiest": ["link 100mbit", "88% used", "88.0 Mbit/s", "busiest"]}
     red = [r for r in root.iter(f"{ns}rect") if r.get("stroke") == "#d62728"]
     assert len(red) == 1  # the busiest host's box
     assert "host h3" not in svg and "network" in svg
     # unshaped links say so; without link state the picture is the plain one
     unshaped = render.placement_svg(tasks, [], links={"h1": {"rate": None, "bytes_per_s": 1e6, "util": None}})
-    assert "link unshaped" in unshaped and "8.0 Mbit/s (unshaped) · busiest" in unshaped
+    assert ">link unshaped<" in unshaped and ">8.0 Mbit/s<" in unshaped and ">busiest<" in unshaped
     assert "wb-link" not in render.placement_svg(tasks, [])
+    # every label of a link ends before the hosts' boxes, at a full gigabit link's widest
+    full = {h: {"rate": 1_000_000_000, "bytes_per_s": 125e6, "util": 1.0} for h in ("h1", "h2")}
+    for drawing in (svg, unshaped, render.placement_svg(tasks, [], links=full)):
+        root = ET.fromstring(drawing)
+        hosts = min(float(r.get("x")) for r in root.iter(f"{ns}rect") if r.get("fill") == "#fafafa")
+        for label in (t for g in root.iter(f"{ns}g") for t in g.iter(f"{ns}text")):
+            text = "".join(label.itertext())
+            assert float(label.get("x")) + drawn_width(text, label.get("font-weight")) < hosts, text
+
+
+def drawn_width(text, weight=None):
+    """``text``'s width in px at the drawings' 11 px, in DejaVu Sans: the sans-serif font
+    the browsers here draw SVG text in (fc-match sans-serif), one of the widest."""
+    from matplotlib import font_manager
+    from PIL import ImageFont
+
+    font = font_manager.findfont(font_manager.FontProperties(family="DejaVu Sans", weight=weight or "normal"))
+    return ImageFont.truetype(font, 11).getlength(text)
 
 
 def test_link_state_over_a_window_or_since_a_time():

@@ -44,3 +44,14 @@ def test_the_panel_is_installed_prebuilt_and_enabled():
     bundle = "".join(p.read_text() for p in (ROOT / "workbench" / "labextension" / "static").glob("*.js"))
     for needle in ("wb-run-buttons", "docmanager:open", '"workbench","api"'):
         assert needle in bundle, f"{needle!r} is not in the built panel: rebuild it (extensions/workbench-panel: npm run build)"
+
+
+def test_pyprojects_pointers_name_sections_that_exist():
+    """A comment's "(see FILE, "SECTION")" leads to a heading of that file."""
+    text = (ROOT / "pyproject.toml").read_text()
+    pointers = re.findall(r'\(see ([^,()]+), "([^"]+)"\)', text)
+    assert pointers, "no pointer found: the pattern no longer matches how pyproject.toml writes them"
+    for path, section in pointers:
+        assert (ROOT / path).is_file(), f"pyproject.toml points to {path}, which does not exist"
+        headings = re.findall(r"^#+ (.+?)\s*$", (ROOT / path).read_text(), re.M)
+        assert section in headings, f"pyproject.toml points to {path}'s section {section!r}; its headings: {headings}"

@@ -67,6 +67,34 @@ def test_panel_lists_stops_and_remembers_a_run(lab, browser, tmp_path):
         raise
 
 
+BUTTONS = """() => {
+  const panel = document.querySelector('#workbench-panel');
+  const bare = panel.appendChild(document.createElement('button'));  // the browser's own look
+  const look = b => { const s = getComputedStyle(b); return {text: b.innerText, background: s.backgroundColor,
+                      border: `${s.borderTopStyle} ${s.borderTopWidth}`, font: s.fontFamily, height: b.offsetHeight}; };
+  const out = {bare: look(bare), font: getComputedStyle(panel).fontFamily,
+               buttons: [...panel.querySelectorAll('.wb-run button')].map(look)};
+  bare.remove();
+  return out;
+}"""
+
+
+def rgb(css):
+    return [int(v) for v in css[css.index("(") + 1:css.index(")")].split(",")[:3]]
+
+
+def _check_buttons(page):
+    """The run's buttons are JupyterLab's styled buttons, not the browser's bare ones: the
+    panel's font, no bevelled border, Stop in red and the others in the theme's blue."""
+    seen = page.evaluate(BUTTONS)
+    buttons, bare = seen["buttons"], seen["bare"]
+    assert [b["text"] for b in buttons] == ["Stop", "Notebook", "TensorBoard"], seen
+    for b in buttons:
+        assert b["font"] == seen["font"] and b["border"] != bare["border"] and b["background"] != bare["background"], seen
+    (r, g, bl), others = rgb(buttons[0]["background"]), [rgb(b["background"]) for b in buttons[1:]]
+    assert r > 2 * max(g, bl) and all(c[2] > 1.5 * max(c[:2]) for c in others), seen
+
+
 def _drive(page, base, token):
     session = start_session(base, token, "panel_run.ipynb")
     page.goto(f"{base}/lab/tree/panel_run.ipynb?token={token}")
@@ -93,6 +121,7 @@ def _drive(page, base, token):
         page.locator(".jp-toast-button", has_text="No").first.click()
         wait_for(lambda: not page.locator(".Toastify__toast:visible").count(), 10, lambda: "the toast to go")
     page.screenshot(path=str(SHOTS / "lab-panel.png"))
+    _check_buttons(page)
 
     # "Notebook" brings the notebook that started the run to the front
     page.locator(".lm-MenuBar-itemLabel", has_text="File").first.click()  # a launcher in front of it

@@ -58,7 +58,7 @@ def test_a_zygote_whose_kernel_is_gone_ends_and_removes_its_socket(tmp_path):
 
     from checks import wait_for
 
-    kernel = subprocess.run([sys.executable, "-c", "import os\nfrom workbench.kernel import zygote\n"
+    kernel = subprocess.run([sys.executable, "-c", "import os\nfrom workbench.kernel.launchers import zygote\n"
                              "z = zygote.start()\nprint(z.pid, z.path, flush=True)\nos._exit(0)"],
                             capture_output=True, text=True, timeout=120)
     pid, path = kernel.stdout.split()

@@ -5,8 +5,11 @@ enough), ``stop RUN`` asks a running one to stop (keeping a checkpoint), ``resum
 --steps N`` continues one from its last checkpoint on a local cluster."""
 
 import argparse
+import logging
 import re
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
@@ -25,14 +28,14 @@ def _parser() -> argparse.ArgumentParser:
                        description="Cluster.train's options, on a local cluster of its own.")
     for o in options.TRAINING:  # Cluster.train's options, from their one declaration
         if o.cli:
-            shown = "" if o.default is None else f" (default: {o.default})"
+            shown = (o.cli_help or o.help) + ("" if o.default is None else f" (default: {o.default})")
             if o.type is bool:  # --anatomy / --no-anatomy
-                t.add_argument(o.flag, action=argparse.BooleanOptionalAction, default=o.default, help=o.help + shown)
+                t.add_argument(o.flag, action=argparse.BooleanOptionalAction, default=o.default, help=shown)
             else:
-                t.add_argument(o.flag, type=o.type, default=o.default, help=o.help + shown)
+                t.add_argument(o.flag, type=o.type, default=o.default, help=shown)
     t.add_argument("--engines", type=int, default=None, help="engines to start (default: what the run needs)")
-    t.add_argument("--data", default="digits", help="digits | synthetic")
-    t.add_argument("--hidden", default="64,32", help="hidden layer widths, comma-separated")
+    t.add_argument("--data", default="digits", help="digits | synthetic (default: %(default)s)")
+    t.add_argument("--hidden", default="64,32", help="hidden layer widths, comma-separated (default: %(default)s)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     sub.add_parser("runs", help="list the runs recorded under the workbench home, newest first")
     s = sub.add_parser("show", help="one recorded run: status, steps, loss, evaluation, events, checkpoint")
@@ -77,11 +80,7 @@ def train(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
     check(model, data, given)  # refuse bad arguments before any engine starts
     engines = args.engines or _engines_needed(args.strategy, args.workers, args.ps)
     with _started(wb, engines, out) as cluster:
-        run = cluster.train(model, data, **given)
-        _follow(run, out, progress=not args.no_progress)
-        run.wait()
-        print(summary(run), file=out)
-    return run
+        return _to_the_end(lambda: cluster.train(model, data, **given), out, progress=not args.no_progress)
 
 
 def list_runs(out: TextIO = sys.stdout) -> None:
@@ -152,17 +151,13 @@ def stop(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
 
 def resume(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
     import workbench as wb
+    from workbench.kernel.runs.recorded import resume_job
 
-    run = wb.load(args.run)
-    job = run.job
-    workers = args.workers if args.workers is not None else job.workers
-    ps = args.ps if args.ps is not None else job.ps
-    with _started(wb, _engines_needed(job.strategy, workers, ps), out) as cluster:
-        resumed = cluster.resume(run.id, steps=args.steps, workers=args.workers, ps=args.ps)
-        _follow(resumed, out, progress=not args.no_progress)
-        resumed.wait()
-        print(summary(resumed), file=out)
-    return resumed
+    # the resume's checks, before any engine starts (Cluster.resume makes them again)
+    job, steps = resume_job(args.run, steps=args.steps, workers=args.workers, ps=args.ps)
+    with _started(wb, _engines_needed(job.strategy, job.workers, job.ps), out) as cluster:
+        return _to_the_end(lambda: cluster.resume(job.run_dir, steps=steps, workers=args.workers, ps=args.ps),
+                           out, progress=not args.no_progress)
 
 
 def check(model: Callable, data: object, given: dict[str, object]) -> None:
@@ -182,44 +177,80 @@ def _say(out, text):
 
 def _started(wb, engines, out):
     """A started local cluster, saying what it does meanwhile: the first output comes at
-    once, not after the ~10 s of engines importing TensorFlow."""
+    once, not after the ~10 s of engines importing TensorFlow. A Ctrl-C meanwhile ends what
+    had started (``Cluster.start``) and goes on as KeyboardInterrupt."""
     _say(out, f"starting a local cluster: a controller and {engines} engines (each imports TensorFlow) ...")
     t0 = time.monotonic()
-    cluster = wb.Cluster(engines=engines).start()
+    try:
+        cluster = wb.Cluster(engines=engines).start()
+    except KeyboardInterrupt:
+        _say(out, "interrupted: the cluster was stopped before it was ready")
+        # an interrupted connect leaves ipyparallel's pending task, which asyncio would
+        # report as this process exits ("Task was destroyed but it is pending!")
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        raise
     _say(out, f"{engines} engines ready in {time.monotonic() - t0:.1f} s")
     return cluster
 
 
-def _follow(run, out, progress):
+def _to_the_end(start, out, progress):
+    """The run ``start()`` launches, followed to its end, with its summary. A Ctrl-C
+    meanwhile stops it as in a notebook (``Run.stop_interrupted``: every task at one agreed
+    step, with a checkpoint), prints its summary, then goes on as KeyboardInterrupt (exit
+    code 130). Until then SIGINT only sets a flag that the loop following the run reads: a
+    KeyboardInterrupt raised wherever this thread happens to be could leave the launch or
+    the run's tables half done. A second Ctrl-C, while the run stops, raises at once."""
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
+    try:
+        run = start()
+        _follow(run, out, progress, interrupted)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted.is_set():
+        run.stop_interrupted()
+        print(summary(run), file=out)
+        raise KeyboardInterrupt
+    print(summary(run), file=out)
+    return run
+
+
+def _follow(run, out, progress, interrupted):
     """Progress while the run trains: a line when it starts, at its first step, then a bar of
-    steps. The bar's rate is the workbench's steps/s (``common/figures.py``), not tqdm's
-    count of bar updates: while training, over the steps that ended in the last few seconds;
-    once the run ends, the whole run's figure, the one the summary prints."""
+    steps, until it ends (``run.wait()`` raises its error) or ``interrupted`` is set. The
+    bar's rate is the workbench's steps/s (``common/figures.py``), not tqdm's count of bar
+    updates: while training, over the steps that ended in the last few seconds; once the
+    run ends, the whole run's figure, the one the summary prints."""
     from tqdm import tqdm
 
     from workbench.common import figures
 
     _say(out, f"run {run.id} started ({run.job.strategy}, {run.job.steps} steps); waiting for the first step ...")
     t0 = time.monotonic()
-    while not run.done and not len(run.history):
-        time.sleep(0.05)
+    while not run.done and not len(run.history) and not interrupted.is_set():
+        run.join(0.05)
     if len(run.history):
         _say(out, f"first step after {time.monotonic() - t0:.1f} s")
 
     def show(bar, h, rate, where):
         bar.update(int(h.step.max()) - bar.n if len(h) else 0)
         rate_text = "-" if rate != rate else f"{rate:,.1f}"  # NaN: too few steps yet
-        loss = f", loss {h.loss.iloc[-20:].mean():.4f}" if len(h) else ""
-        bar.set_postfix_str(f"{rate_text} steps/s ({where}){loss}")
+        loss = f"loss {h.loss.iloc[-20:].mean():.4f}, " if len(h) else ""
+        bar.set_postfix_str(f"{loss}{rate_text} steps/s ({where})")
 
+    # tqdm writes the postfix's ", " itself; the bar leaves the terminal's last column free
+    # (terminals wrap or cut a line that fills it), and the loss leads the postfix: where
+    # the terminal is too narrow for the line, tqdm cuts its end
     with tqdm(total=run.job.steps, unit="step", file=out, disable=not progress, dynamic_ncols=True,
-              bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {postfix}]",
+              bar_format="{l_bar}{bar:-1}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
               initial=int(run.history.step.max()) if len(run.history) else 0) as bar:
-        while not run.done:
+        while not run.done and not interrupted.is_set():
             h = run.history
             show(bar, h, figures.recent_steps_per_s(h.step.values, h.time.values),
                  f"last {figures.RECENT_S:.0f} s")
-            time.sleep(0.2)
+            run.join(0.2)
+        if interrupted.is_set():
+            return  # the bar stays where the run was
         run.wait()  # every row is in: the bar ends on the summary's figure
         h = run.history
         show(bar, h, figures.history_figures(h, run.job.global_batch_size)["steps_per_s"], "whole run")
@@ -259,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     except WorkbenchError as e:
         print(f"error: {_in_cli_terms(str(e), args)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: what it stopped has said so; 128 + SIGINT, as shells say it
+        return 130
     return 0
 
 

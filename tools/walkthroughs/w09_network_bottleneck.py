@@ -219,7 +219,7 @@ def ps_run(workers, ps=1, ps_rate="20mbit", slow=None, steps=40, **options):
     n, seconds, moved = stretch(run, whole=True)  # why whole: below
     util = [float(max(moved[h]) * 8 / seconds / bed.links[h]) for h in ps_hosts]
     per_step = [float(sum(moved[h]) / n) for h in ps_hosts]
-    return run, dict(steps_per_s=n / seconds, ps_util=util, ps_bytes_per_step=per_step)
+    return run, dict(steps_per_s=float(n / seconds), ps_util=util, ps_bytes_per_step=per_step)
 
 
 def per_worker(run):
@@ -229,7 +229,7 @@ def per_worker(run):
     h = run.history.sort_values("time")
     steady = h[h.step > 1]
     span = steady.time.iloc[-1] - h.time.iloc[0]
-    return {w: dict(steps_per_s=len(g) / span, staleness=float(g.staleness.mean()), max_staleness=int(g.staleness.max()),
+    return {w: dict(steps_per_s=float(len(g) / span), staleness=float(g.staleness.mean()), max_staleness=int(g.staleness.max()),
                     idle=float((g.wait_time / g.step_time).median()))
             for w, g in steady.groupby("worker")}
 

@@ -141,6 +141,15 @@ _SPECS = (
 SPECS: dict[str, StrategySpec] = {s.name: s for s in _SPECS}
 
 
+def per_call_defaults() -> str:
+    """The strategies' own steps per call (``steps_per_execution=None``), in a few words."""
+    text = " or ".join(str(n) for n in sorted({s.steps_per_execution for s in _SPECS}))
+    for s in _SPECS:
+        if s.unroll_min_steps is not None:
+            text += f"; {s.unrolled_steps_per_execution} for {s.name} runs of {s.unroll_min_steps:,} steps or more"
+    return text
+
+
 def names() -> list[str]:
     """The names of all strategies, sorted."""
     return sorted(SPECS)

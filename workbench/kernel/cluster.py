@@ -46,8 +46,8 @@ class Cluster:
     def __init__(self, engines: int | None = None, *, profile: str | None = None, cluster_id: str | None = None,
                  launcher: str = "local", controller: str = "local", timeout: float = 120,
                  hosts: dict[str, int] | None = None, **ipp_options: Any) -> None:
-        if hosts is not None:
-            engines = ssh.check_hosts(hosts, engines, launcher)
+        if hosts is not None or launcher == "ssh":
+            engines = ssh.check_hosts(hosts, engines, launcher, ipp_options.get("config"))
         self.attached = profile is not None and engines is None
         if not self.attached:
             engines = 3 if engines is None else engines

@@ -115,11 +115,16 @@ function topology(run: Run): string {
   return parts.join(' + ');
 }
 
+/** JupyterLab's own styled buttons (its dialogs' look, in the theme's colours): Stop red,
+ * the others its accent colour; style/base.css makes them compact for the sidebar. */
 function runButtons(run: Run): string {
+  const button = (kind: string, action: string, label: string, title = '') =>
+    `<button class="wb-btn jp-mod-styled jp-mod-${kind}" data-action="${action}"` +
+    `${title ? ` title="${esc(title)}"` : ''}>${label}</button>`;
   return [
-    run.status === 'running' ? `<button class="wb-btn wb-panel-stop" data-action="stop">Stop</button>` : '',
-    run.notebook ? `<button class="wb-btn" data-action="notebook" title="${esc(run.notebook)}">Notebook</button>` : '',
-    run.tensorboard ? `<button class="wb-btn" data-action="tensorboard">TensorBoard</button>` : ''
+    run.status === 'running' ? button('warn', 'stop', 'Stop') : '',
+    run.notebook ? button('accept', 'notebook', 'Notebook', run.notebook) : '',
+    run.tensorboard ? button('accept', 'tensorboard', 'TensorBoard') : ''
   ].join('');
 }
 

@@ -117,6 +117,8 @@ class Launched:
         except BaseException as e:
             logs = self.log_tail()
             self.stop()
+            if not isinstance(e, Exception):  # a KeyboardInterrupt (Ctrl-C): as it came, what started ended
+                raise
             if isinstance(e, TimeoutError):
                 raise ClusterStartTimeout(
                     f"{self.n} engines did not register within {self.timeout:.0f} s. "

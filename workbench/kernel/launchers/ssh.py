@@ -15,8 +15,17 @@ if TYPE_CHECKING:
     import ipyparallel
 
 
-def check_hosts(hosts: dict[str, int], engines: int | None, launcher: str | None) -> int:
-    """``hosts`` ({host: engine count}) for ``launcher``; returns the engine count."""
+def check_hosts(hosts: dict[str, int] | None, engines: int | None, launcher: str | None,
+                config: Any = None) -> int | None:
+    """``hosts`` ({host: engine count}) for ``launcher``; returns the engine count. An SSH
+    launcher needs hosts: ``hosts=``, or the ``config`` (a traitlets ``Config``) naming
+    them in ``SSHEngineSetLauncher.engines`` (then ``engines`` is returned as given)."""
+    if hosts is None:
+        section = (config or {}).get("SSHEngineSetLauncher") or {}  # .get: no section made in the config
+        if "engines" not in section:
+            raise invalid("hosts", hosts, "a dict of host name -> engine count beside launcher=\"ssh\", e.g. "
+                          "{'h1': 2, 'h2': 2} (or config.SSHEngineSetLauncher.engines)")
+        return engines
     if launcher != "ssh":
         raise invalid("hosts", hosts, 'hosts only beside launcher="ssh"',
                       f"Received launcher={launcher!r}; other launchers place engines themselves.")

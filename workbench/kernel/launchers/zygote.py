@@ -50,9 +50,14 @@ def start() -> Zygote | None:
         return None
     path = socket_path(os.getpid(), secrets.token_hex(4))
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", **STARTUP_ENV)  # no thread pool before the fork
-    with open(path + ".log", "wb") as log:  # TF's import talks on stderr: not in the kernel's
+    # TF's import talks on stderr: not in the kernel's. A session of its own, as ipyparallel
+    # starts the controller and engine launchers: the engines it forks share its process
+    # group, and a Ctrl-C in the kernel's terminal (which signals the terminal's whole
+    # foreground group) must reach the kernel only, which stops the run cleanly
+    with open(path + ".log", "wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "workbench.engine.zygote", path, str(os.getpid())], env=env,
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
     return Zygote(process, path)
 
 
@@ -109,7 +114,8 @@ def start_remote(hosts: list[str], path: str, ssh: list[str], python: str, env: 
         log = socket_path(os.getpid(), f"{secrets.token_hex(4)}-{host}") + ".log"
         with open(log, "wb") as f:
             process = subprocess.Popen([*ssh, host, "env", *variables, python, "-m", "workbench.engine.zygote", path, "0"],
-                                       stdin=subprocess.PIPE, stdout=f, stderr=subprocess.STDOUT)  # its end, its zygote's
+                                       stdin=subprocess.PIPE, stdout=f, stderr=subprocess.STDOUT,  # its end, its zygote's
+                                       start_new_session=True)  # out of reach of a Ctrl-C in the kernel's terminal (start)
         process.log = log
         out.append(process)
     return out

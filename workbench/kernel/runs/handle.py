@@ -226,11 +226,20 @@ class Run(BaseRun):
         try:
             return self.join(timeout)
         except KeyboardInterrupt:
-            print(f"Interrupted: stopping run {self.id} at its next agreed step...", flush=True)
-            self.watcher.request_stop()
-            self.join(60)
-            print(f"Run {self.id} stopped at step {self.final_step}; its last checkpoint is in {self.run_dir}.")
+            self.stop_interrupted()
             raise
+
+    def stop_interrupted(self, timeout: float = 60) -> "Run":
+        """What interrupting the kernel that waits on this run does (``wait()`` in a
+        notebook; Ctrl-C in ``python -m workbench train``): every task stops at its next
+        agreed step and saves a checkpoint, said as it happens."""
+        print(f"Interrupted: stopping run {self.id} at its next agreed step...", flush=True)
+        self.watcher.request_stop()
+        if self.join(timeout):
+            print(f"Run {self.id} stopped at step {self.final_step}; its last checkpoint is in {self.run_dir}.")
+        else:
+            print(f"Run {self.id} still running {timeout:g} s after the request to stop (step {self.step}).")
+        return self
 
     def stop(self, timeout: float = 60) -> "Run":
         """Ask every task to stop at its next agreed step, save a checkpoint, and wait."""

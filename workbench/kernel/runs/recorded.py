@@ -286,12 +286,26 @@ class _Html:
 def resume(cluster: Any, run: "str | os.PathLike | BaseRun", steps: int | None = None, workers: int | None = None,
            ps: int | None = None, stall_timeout: float = 60.0, start_timeout: float = 180.0) -> Run:
     """``Cluster.resume``: continue a recorded run on ``cluster`` from its last checkpoint."""
-    from dataclasses import replace
-
     from workbench.common import strategies, validate
 
     if isinstance(run, Run) and run.cluster is cluster:
         return run.resume(steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
+    job, steps = resume_job(run, steps=steps, workers=workers, ps=ps)
+    validate.topology(strategies.spec(job.strategy), job.workers, job.ps, available=len(cluster.engine_info))
+    stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
+    start_timeout = validate.positive_float("start_timeout", start_timeout)
+    return cluster.launch(job, resume=True, steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
+
+
+def resume_job(run: "str | os.PathLike | BaseRun", steps: int | None = None, workers: int | None = None,
+               ps: int | None = None) -> "tuple[Job, int]":
+    """The job a resume of recorded run ``run`` launches (in its run directory, with
+    ``workers`` and ``ps`` where they may change) and the steps it trains to, checked
+    without a cluster: the CLI refuses a resume before it starts one."""
+    from dataclasses import replace
+
+    from workbench.common import strategies, validate
+
     run_dir = resolve(run)
     recorded = RecordedRun(run_dir)
     if recorded.status == "running":
@@ -306,11 +320,8 @@ def resume(cluster: Any, run: "str | os.PathLike | BaseRun", steps: int | None =
     if steps < saved:
         raise invalid("steps", steps, f"at least {saved}, the step of the run's last checkpoint")
     job = _retopology(job, workers, ps)
-    validate.topology(strategies.spec(job.strategy), job.workers, job.ps, available=len(cluster.engine_info))
-    stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
-    start_timeout = validate.positive_float("start_timeout", start_timeout)
-    job = replace(job, run_dir=str(run_dir))  # where it is now (a home may have moved)
-    return cluster.launch(job, resume=True, steps=steps, stall_timeout=stall_timeout, start_timeout=start_timeout)
+    validate.topology(strategies.spec(job.strategy), job.workers, job.ps)
+    return replace(job, run_dir=str(run_dir)), steps  # where it is now (a home may have moved)
 
 
 def _retopology(job, workers, ps):

@@ -242,18 +242,21 @@ def placement_svg(tasks: list[dict[str, Any]], variables: list[dict[str, Any]], 
 
 def _link_svg(state, y, left, busy):
     """One host's link: a line from the network to the host, as thick as it is full, its
-    rate above, its measured use below."""
+    rate above, its measured use below, a short line each: they fit in the ``left`` px
+    between the network and the hosts (one line of use, rate and "busiest" ran under the
+    host's first engine, cut at "busi")."""
     util = state["util"]
     color = "#d62728" if busy else "#1f77b4"
     thickness = 1.5 + 5 * min(util, 1.0) if util is not None else 1.5
-    used = f"{state['bytes_per_s'] * 8 / 1e6:,.1f} Mbit/s"
-    used = f"{util:.0%} used · {used}" if util is not None else f"{used} (unshaped)"
-    flag, weight = (" · busiest", ' font-weight="bold"') if busy else ("", "")
+    used = [f"{util:.0%} used"] if util is not None else []
+    used += [f"{state['bytes_per_s'] * 8 / 1e6:,.1f} Mbit/s"] + (["busiest"] if busy else [])
+    weight = ' font-weight="bold"' if busy else ""
     return (f'<g class="wb-link{" wb-busiest" if busy else ""}">'
             f'<line x1="18" y1="{y}" x2="{left}" y2="{y}" stroke="{color}" stroke-width="{thickness:.1f}"/>'
             f'<text x="24" y="{y - 5}" fill="{color}">link {html.escape(format_rate(state["rate"]))}</text>'
-            f'<text x="24" y="{y + 14}" fill="{color}"{weight}>'
-            f'{html.escape(used + flag)}</text></g>')
+            + "".join(f'<text x="24" y="{y + 14 * (i + 1)}" fill="{color}"{weight}>{html.escape(line)}</text>'
+                      for i, line in enumerate(used))
+            + "</g>")
 
 
 def link_state(run: Any) -> dict[str, dict[str, Any]] | None:
