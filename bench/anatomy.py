@@ -17,14 +17,11 @@ Results go to bench/results/anatomy.json and .md.
 import argparse
 import json
 import statistics
-import sys
-from pathlib import Path
 
 import workbench as wb
 from workbench.common import anatomy
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from strategies import OUT, _machine, steady_steps_per_s  # noqa: E402
+from shared import OUT, machine, steady_steps_per_s
 
 KINDS = (None, "fp16", "bf16", "int8")
 
@@ -67,7 +64,7 @@ def main(argv=None):
         "useful_bytes_per_s": bandwidth, "bytes_sent_per_step": sent,
         "bandwidth_vs_32bit": {k: statistics.median(v) / base for k, v in bandwidth.items()},
         "meta": {"repeats": repeats, "steps": steps, "wide_steps": wide_steps, "quick": args.quick,
-                 "machine": _machine()},
+                 "machine": machine()},
     }
     OUT.mkdir(exist_ok=True)
     (OUT / "anatomy.json").write_text(json.dumps(result, indent=1))

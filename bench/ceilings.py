@@ -22,15 +22,10 @@ import argparse
 import json
 import math
 import socket
-import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from strategies import OUT, _machine  # noqa: E402
-from versus_peer import steady, summary  # noqa: E402
+from shared import OUT, machine, steady, summary
 
 import workbench as wb  # noqa: E402
 
@@ -208,7 +203,7 @@ def main(argv=None):
     repeats = args.repeats or (1 if args.quick else 3)
     t0 = time.time()
     results = {"compute": compute(args.quick, repeats), "all-reduce": allreduce(args.quick, repeats)}
-    meta = {"machine": _machine(), "quick": args.quick, "repeats": repeats, "seconds": round(time.time() - t0, 1)}
+    meta = {"machine": machine(), "quick": args.quick, "repeats": repeats, "seconds": round(time.time() - t0, 1)}
     OUT.mkdir(exist_ok=True)
     (OUT / "ceilings.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     lines = ["| figure | median [min-max] |", "| --- | --- |"]

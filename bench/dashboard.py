@@ -10,13 +10,10 @@ Results go to bench/results/dashboard.json and .md.
 import argparse
 import json
 import statistics
-import sys
-from pathlib import Path
 
 import workbench as wb
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from strategies import OUT, _machine, steady_steps_per_s  # noqa: E402
+from shared import OUT, machine, steady_steps_per_s
 
 
 def main(argv=None):
@@ -44,7 +41,7 @@ def main(argv=None):
         "latency_s_median": statistics.median(latencies) if latencies else None,
         "latency_s_p90": sorted(latencies)[int(0.9 * (len(latencies) - 1))] if latencies else None,
         "latency_samples": len(latencies),
-        "meta": {"repeats": repeats, "steps": steps, "quick": args.quick, "machine": _machine()},
+        "meta": {"repeats": repeats, "steps": steps, "quick": args.quick, "machine": machine()},
     }
     OUT.mkdir(exist_ok=True)
     (OUT / "dashboard.json").write_text(json.dumps(result, indent=1))

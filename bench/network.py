@@ -16,15 +16,13 @@ emulated (no netem here). Results go to bench/results/network.json and .md.
 import argparse
 import json
 import statistics
-import sys
 import time
 import warnings
-from pathlib import Path
 
+from shared import OUT, machine
 import workbench as wb
 from workbench.common import figures
 
-OUT = Path(__file__).resolve().parent / "results"
 RATES = {"unshaped": None, "1 Gbit": "1gbit", "100 Mbit": "100mbit"}
 
 
@@ -92,7 +90,7 @@ def main(argv=None):
             "bus_bandwidth_over_link": None if link_bits is None else model_bytes * 8 * statistics.median(sps) / link_bits,
         }
     meta = {"repeats": repeats, "quick": args.quick, "seconds": round(time.time() - t0, 1),
-            "model_bytes": model_bytes, "machine": _machine()}
+            "model_bytes": model_bytes, "machine": machine()}
     OUT.mkdir(exist_ok=True)
     (OUT / "network.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     table = _markdown(results, meta)
@@ -104,13 +102,6 @@ def _bits(rate):
     from workbench.kernel.testbed import links
 
     return links.parse_rate(rate)
-
-
-def _machine():
-    import os
-    import platform
-
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}"
 
 
 def _markdown(results, meta):

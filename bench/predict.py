@@ -18,17 +18,13 @@ bench/results/.
 import argparse
 import itertools
 import json
-import os
-import platform
 import statistics
-import sys
 import time
 import warnings
-from pathlib import Path
 
+from shared import OUT, machine
 import workbench as wb
 
-OUT = Path(__file__).resolve().parent / "results"
 FEATURES = 256
 MODELS = {"0.3 MB": 0.3e6, "1 MB": 1e6, "4 MB": 4e6}
 RATES = ["50mbit", "100mbit", "200mbit"]
@@ -103,9 +99,7 @@ def main(argv=None):
                 cells.append(cell(cluster, bed, data, "parameter_server", n, k, "100mbit", MODELS["1 MB"], None,
                                   _guess(2, "100mbit", 2 * MODELS["1 MB"], "fp32") * n))
                 print(_line(cells[-1]), flush=True)
-    meta = {"quick": args.quick, "seconds": round(time.time() - t0, 1),
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-                       f"Python {sys.version.split()[0]}"}
+    meta = {"quick": args.quick, "seconds": round(time.time() - t0, 1), "machine": machine()}
     summary = summarize(cells)
     OUT.mkdir(exist_ok=True)
     (OUT / "predict.json").write_text(json.dumps({"meta": meta, "summary": summary, "cells": cells}, indent=1))

@@ -21,12 +21,11 @@ import statistics
 import sys
 import time
 import warnings
-from pathlib import Path
 
+from shared import OUT
 import workbench as wb
 from workbench.store import Home, RunDir
 
-OUT = Path(__file__).resolve().parent / "results"
 
 
 def follow(run):

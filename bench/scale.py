@@ -18,15 +18,12 @@ import json
 import math
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import workbench as wb
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from simulated import thread_cpu  # noqa: E402
-from strategies import OUT, _machine  # noqa: E402
+from shared import OUT, machine, thread_cpu
 
 COSTS = {  # key: (label, unit)
     "ready_s": ("Cluster() -> all engines ready", "s"),
@@ -195,7 +192,7 @@ def report(rows, steps, quick, start=None):
     fits = {key: fit([r["engines"] for r in rows], [r.get(key) for r in rows]) for key in COSTS}
     OUT.mkdir(exist_ok=True)
     result = {"results": {"rows": rows, "fits": {k: {"exponent": v[0], "growth": v[1]} for k, v in fits.items()}},
-              "meta": {"quick": quick, "steps": steps, "machine": _machine()}}
+              "meta": {"quick": quick, "steps": steps, "machine": machine()}}
     result["plot"] = plot(rows, fits)
     if start is not None:
         result["results"]["cold_start"] = start

@@ -19,21 +19,12 @@ import tempfile
 import threading
 import time
 
+from shared import thread_cpu
 from workbench.common.job import Job
 from workbench.common.roles import Task
 from workbench.engine import metrics
 
 FLUSH_EVERY = 0.2  # engine/metrics.py Publisher.interval
-
-
-def thread_cpu(thread):
-    """CPU seconds (user + system) a thread of this process has used, from /proc."""
-    try:
-        with open(f"/proc/self/task/{thread.native_id}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, TypeError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def row(worker, step, rng):

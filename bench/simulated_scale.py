@@ -22,14 +22,12 @@ import os
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import simulated  # noqa: E402
-from strategies import OUT, _machine  # noqa: E402
+import simulated
+from shared import OUT, machine
 from workbench.engine import metrics  # noqa: E402
 
 
@@ -132,7 +130,7 @@ def main(argv=None):
     windows = window_cost()
     api = state_api(100 if args.quick else 1000, repeats=2 if args.quick else 5)
     result = {"results": {"simulated": rows, "state_api": api, "window_cost": windows},
-              "meta": {"quick": args.quick, "seconds": seconds, "machine": _machine()}}
+              "meta": {"quick": args.quick, "seconds": seconds, "machine": machine()}}
     OUT.mkdir(exist_ok=True)
     (OUT / "simulated_scale.json").write_text(json.dumps(result, indent=1))
     md = [f"Simulated workers at 10 steps/s each, {seconds:.0f} s per row; kernel threads' CPU as a fraction of "

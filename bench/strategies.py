@@ -12,13 +12,11 @@ is left out). Results go to bench/results/strategies.json and .md.
 import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
+from shared import OUT, machine, steady_steps_per_s
 import workbench as wb
 
-OUT = Path(__file__).resolve().parent / "results"
 
 CONFIGS = {
     "single": dict(strategy="single", workers=1, ps=0),
@@ -38,13 +36,6 @@ def workloads(quick):
         "digits MLP 64-64-32-10, batch 128": (wb.models.mlp((64, 32)), digits, 128, 600),
         "wide MLP 784-512-10, batch 512": (wb.models.mlp((512,)), wide, 512, 200),
     }
-
-
-def steady_steps_per_s(run):
-    h = run.history.drop_duplicates("step").sort_values("step")
-    start = h[h.step >= max(2, int(len(h) * 0.2))].iloc[0]
-    end = h.iloc[-1]
-    return (end.step - start.step) / max(end.time - start.time, 1e-9)
 
 
 def main(argv=None):
@@ -73,19 +64,12 @@ def main(argv=None):
             ps1 = statistics.median(samples["parameter_server 1ps+2w, 1 step/schedule"])
             results[wname]["ps_speedup_10_vs_1_steps_per_schedule"] = ps10 / ps1
     meta = {"repeats": repeats, "quick": args.quick, "seconds": round(time.time() - t0, 1),
-            "machine": _machine()}
+            "machine": machine()}
     OUT.mkdir(exist_ok=True)
     (OUT / "strategies.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     table = _markdown(results, meta)
     (OUT / "strategies.md").write_text(table)
     print(table)
-
-
-def _machine():
-    import os
-    import platform
-
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}"
 
 
 def _markdown(results, meta):

@@ -22,18 +22,14 @@ Results go to bench/results/versus_peer.json and .md.
 
 import argparse
 import json
-import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peer
 
-import peer  # noqa: E402
-
+from shared import OUT, steady, summary
 import workbench as wb  # noqa: E402
 
-OUT = Path(__file__).resolve().parent / "results"
 PEER_LOOPED = "peer with 10 steps per schedule (tf.range) / peer"
 PEER_BEST_MWMS = "workbench / peer at TF's best loop (10 steps per call in tf.range, one reduce per call)"
 BEST_BURSTS = "workbench / TF's best loop, closely alternated (bursts on one cluster and one running peer job)"
@@ -82,14 +78,6 @@ def _digits():
     return (d.data / 16.0).astype("float32"), d.target
 
 
-def steady(run):
-    """Steps/s over the last 80% of a run's steps (tracing and warm-up left out), as the
-    peer times itself."""
-    times = sorted(run.history.drop_duplicates("step").time)
-    start = max(1, len(times) // 5)
-    return (len(times) - 1 - start) / max(times[-1] - times[start], 1e-9)
-
-
 def first_step(run, t0, timeout=300):
     end = time.monotonic() + timeout
     while run.step < 1:
@@ -109,10 +97,6 @@ def rss(cluster, run):
     """Resident memory of each task's engine after the run, in MB."""
     return {t.name: round(cluster.client[t.engine_id].apply_sync(_rss) / 1e6)
             for t in run.tasks}
-
-
-def summary(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
 def main(argv=None):
