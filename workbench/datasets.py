@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
+from workbench.common import validate
 from workbench.errors import invalid
 
 
@@ -58,8 +59,7 @@ def synthetic(examples: int = 8192, features: int = 784, classes: int = 10, nois
               test_fraction: float = 0.2, seed: int = 0) -> Data:
     """A learnable classification problem: labels from a random linear teacher plus noise."""
     for name, value, low in (("examples", examples, 2), ("features", features, 1), ("classes", classes, 2)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise invalid(name, value, f"an int >= {low}")
+        validate.positive_int(name, value, minimum=low)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((examples, features), dtype=np.float32)
     teacher = rng.standard_normal((features, classes), dtype=np.float32) / np.sqrt(features)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workbench.common import validate
 from workbench.errors import invalid
 
 if TYPE_CHECKING:
@@ -43,8 +44,7 @@ def mlp(hidden: int | Sequence[int] = (64, 32), classes: int = 10, activation: s
     hidden = tuple(hidden) if not isinstance(hidden, int) else (hidden,)
     if not all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hidden):
         raise invalid("hidden", hidden, "a tuple of layer widths, each an int >= 1")
-    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
-        raise invalid("classes", classes, "an int >= 2")
+    validate.positive_int("classes", classes, minimum=2)
     if dtype not in ("float32", "float64", "float16", "mixed_float16"):
         raise invalid("dtype", dtype, "'float32', 'float64', 'float16' or 'mixed_float16'")
     return MLP(hidden, classes, activation, dtype)
@@ -108,7 +108,7 @@ def split_mlp(hidden: int | Sequence[int] = (64, 32), classes: int = 10, devices
     """An MLP whose consecutive layers live on ``devices`` different devices (model
     parallelism). Train it with ``strategy="single", devices=N``."""
     base = mlp(hidden, classes)
-    if isinstance(devices, bool) or not isinstance(devices, int) or not 1 <= devices <= len(base.hidden) + 1:
+    if validate.positive_int("devices", devices) > len(base.hidden) + 1:
         raise invalid("devices", devices, f"an int from 1 to {len(base.hidden) + 1} (one stage per layer at most)")
     return SplitMLP(base.hidden, base.classes, devices)
 
@@ -152,8 +152,7 @@ class ModuleMLP:
 
 def module_mlp(input_dim: int, hidden: int | Sequence[int] = (64, 32), classes: int = 10, seed: int = 0) -> ModuleMLP:
     """A ``tf.Module`` MLP, for sharded variables: ``wb.models.module_mlp(64)`` for digits."""
-    if isinstance(input_dim, bool) or not isinstance(input_dim, int) or input_dim < 1:
-        raise invalid("input_dim", input_dim, "an int >= 1 (the number of input features)")
+    validate.positive_int("input_dim", input_dim)
     base = mlp(hidden, classes)
     return ModuleMLP(input_dim, base.hidden, base.classes, seed)
 
