@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.common import figures
-from workbench.kernel.views import render
+from workbench.kernel.views import livestats, render
 from workbench.kernel.views.dashboard import MIME_WIDGET
 
 if TYPE_CHECKING:
@@ -24,10 +24,9 @@ def summary(run: Run, label: str) -> dict[str, Any]:
     h = run.history
     row = {"run": label, "strategy": run.job.strategy, "workers": run.job.workers, "ps": run.job.ps,
            "global batch": run.job.global_batch_size, "steps": run.final_step}
-    if len(h):
-        fig = figures.history_figures(h, run.job.global_batch_size)  # the one definition of each
-        row.update({"final loss": figures.final_loss(h["step"].values, h["loss"].values),
-                    "steps/s": fig["steps_per_s"], "examples/s": fig["examples_per_s"],
+    if len(h):  # the one definition of each, over the run's newest attempt
+        fig = figures.history_figures(h, run.job.global_batch_size, run.job.first_step)
+        row.update({"final loss": fig["final_loss"], "steps/s": fig["steps_per_s"], "examples/s": fig["examples_per_s"],
                     "step time (ms)": fig["step_time"] * 1000, "wall time (s)": fig["wall_time"]})
     for name, value in (run.evaluation or {}).items():
         if name.startswith("test_") and name != "test_loss":
@@ -57,7 +56,7 @@ class Comparison:
                 continue
             glob = h.groupby("step").agg(loss=("loss", "mean"), elapsed=("elapsed", "max"))
             xs = glob.index.values if x == "step" else glob.elapsed.values
-            out.append((label, xs, render.ema(glob.loss.values, 0.6)))
+            out.append((label, xs, livestats.smoothed(glob.loss.values)))  # as the dashboard draws it
         return out
 
     @property

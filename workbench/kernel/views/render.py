@@ -16,20 +16,12 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+from workbench.common import figures
 from workbench.common.rates import format_rate
+from workbench.kernel.views.livestats import smoothed
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 ROLE_COLORS = {"chief": "#fde0c5", "ps": "#d4e6f9", "worker": "#d9f2d0", "local": "#eeeeee"}
-
-
-def ema(values: Sequence[float] | np.ndarray, smoothing: float) -> np.ndarray:
-    """Exponential moving average, as TensorBoard smooths (0: none, 0.99: very smooth)."""
-    out = np.empty(len(values))
-    acc = None
-    for i, v in enumerate(values):
-        acc = v if acc is None else smoothing * acc + (1 - smoothing) * v
-        out[i] = acc
-    return out
 
 
 def thin(n: int, most: int = 1000) -> np.ndarray:
@@ -351,20 +343,35 @@ def inside_step_html(run: Any) -> str:
     return f'<div class="wb-anatomy" style="font:12px sans-serif">{line}</div>' if line else ""
 
 
+STEPS_PER_S_TIP = "global steps per second of wall time, time between steps included (common/figures.py)"
+STEP_TIME_TIP = ("the median of one worker's seconds per step as it timed them: around its training call, "
+                 "without the time between calls, so 1 / step time is not steps/s (under a parameter server: "
+                 "from the end of its previous call, its waits for the chief included)")
+
+
 def figures_text(fig: dict, where: str) -> list[str]:
-    """The speed figures (``common/figures.py``) as the dashboard and its snapshot print them."""
-    return [f"<b>{fig['examples_per_s']:,.0f}</b> examples/s", f"{fig['steps_per_s']:,.1f} steps/s",
-            f"step time {fig['step_time'] * 1000:.2f} ms ({where})"]
+    """The speed figures (``common/figures.py``) as the dashboard and its snapshot print
+    them, after what they cover (``where``), each saying what it is: steps/s counts wall
+    time, a worker's step time does not."""
+    if fig["steps_per_s"] == fig["steps_per_s"]:
+        parts = [f"<b>{fig['examples_per_s']:,.0f}</b> examples/s",
+                 f"<span title='{html.escape(STEPS_PER_S_TIP)}'>{fig['steps_per_s']:,.1f} steps/s (wall clock)</span>"]
+    else:  # NaN: too few distinct step ends
+        parts = [f"steps/s {figures.TOO_SHORT}"]
+    if fig["step_time"] == fig["step_time"]:
+        parts.append(f"<span title='{html.escape(STEP_TIME_TIP)}'>step time {fig['step_time'] * 1000:.2f} ms "
+                     "(median, as a worker timed it)</span>")
+    parts[0] = f"{html.escape(where)}: {parts[0]}"
+    return parts
 
 
 def snapshot_html(run: Any, status: str) -> str:
     """The whole dashboard as static HTML: status, speed figures, loss, throughput, placement."""
-    from workbench.common import figures
-
     h = run.history
     speed = ""
     if len(h) and run.job.global_batch_size:
-        shown = figures_text(figures.history_figures(h, run.job.global_batch_size), "whole run")
+        first = run.job.first_step
+        shown = figures_text(figures.history_figures(h, run.job.global_batch_size, first), figures.scope(first))
         speed = f"<div class='wb-throughput-text'>{' · '.join(shown)}</div>"
     parts = [f'<div style="font:12px sans-serif"><b>workbench run {html.escape(run.id)}</b> · '
              f'{html.escape(status)}{speed}<div style="display:flex;flex-wrap:wrap;gap:8px">']
@@ -376,7 +383,7 @@ def snapshot_html(run: Any, status: str) -> str:
         else:
             series = [(w, g.step.values, g.loss.values) for w, g in h.groupby("worker")]
         glob = h.groupby("step").loss.mean()
-        series.append(("global (smoothed)", glob.index.values, ema(glob.values, 0.9)))
+        series.append(("global (smoothed)", glob.index.values, smoothed(glob.values)))
         ev = run.evaluations
         parts.append(svg_img(line_chart(series, "Loss", "step", "loss", points=[
             ("test accuracy", ev.step.values, ev.test_accuracy.values)] if len(ev) else ()), "loss chart"))

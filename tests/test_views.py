@@ -1,0 +1,51 @@
+"""What the views (dashboard, its snapshot, wb.compare) show of a run, from rows whose
+answer is known by hand: recorded runs read from their files, no cluster."""
+
+import numpy as np
+
+from checks import recorded_run
+from workbench.kernel.runs.recorded import RecordedRun
+from workbench.kernel.views import compare, livestats, render
+
+
+def _rows(steps=100, rate=195.4267, noise=0.03, anatomy=None, seed=0):
+    """A 2-worker synchronous run: a step every 1 / ``rate`` s; each worker's loss a
+    falling curve plus its own batch's noise."""
+    rng = np.random.default_rng(seed)
+    return [{"step": s, "worker": w, "loss": 2.0 * np.exp(-s / 30) + 0.3 + noise * rng.normal(), "accuracy": 0.5,
+             "step_time": 1 / 307, "examples_per_s": 32 * 307, "replicas": 1, "time": 1000.0 + s / rate + 1e-4 * i,
+             **(anatomy(s) if anatomy else {})}
+            for s in range(1, steps + 1) for i, w in enumerate(("worker:0", "worker:1"))]
+
+
+def test_the_global_loss_curve_runs_through_the_workers_curves_on_a_short_run(tmp_path):
+    """Issue 35.8: on a 100-step run the "global (smoothed)" curve sat above both workers'
+    curves for most of the run: a one-way average lags a falling loss by smoothing /
+    (1 - smoothing) steps. Drawn both ways, bias-corrected, it goes through the middle of
+    the workers' curves, above or below both only where their own noise puts both on one
+    side; wb.compare and the dashboard's snapshot draw that same curve."""
+    run = RecordedRun(recorded_run(tmp_path, _rows(), {"final_step": 100}))
+    h = run.history
+    workers = h.pivot(index="step", columns="worker", values="loss")
+    glob = h.groupby("step").loss.mean()
+    [(label, x, curve)] = compare.Comparison([run], ["run"])._curves("step")
+    above, below = (curve > workers.max(axis=1).values).mean(), (curve < workers.min(axis=1).values).mean()
+    assert above < 1 / 3 and below < 1 / 3, (above, below)  # a one-way average at 0.6: above 0.54
+    np.testing.assert_array_equal(curve, livestats.smoothed(glob.values, livestats.SMOOTHING))
+    series = [(w, g.step.values, g.loss.values) for w, g in h.groupby("worker")]
+    series.append(("global (smoothed)", glob.index.values, curve))
+    assert render.svg_img(render.line_chart(series, "Loss", "step", "loss"), "loss chart") in run.dashboard()._repr_html_()
+
+
+def test_the_speed_figures_say_what_each_is_and_when_a_run_is_too_short():
+    """Issue 35.9: a header read "195.4 steps/s" beside "step time 3.26 ms" (307 a second):
+    steps/s counts wall time, a worker's step time does not; each says so. Issue 35.7: a
+    NaN rate (too few distinct step ends) is said to be too short to measure, never printed."""
+    shown = " · ".join(render.figures_text({"steps_per_s": 195.4267, "examples_per_s": 12507.3, "step_time": 0.00326},
+                                            "whole run"))
+    assert "whole run: <b>12,507</b> examples/s" in shown and "195.4 steps/s (wall clock)" in shown
+    assert "step time 3.26 ms (median, as a worker timed it)" in shown
+    assert "1 / step time is not steps/s" in shown  # the tooltip
+    short = " · ".join(render.figures_text({"steps_per_s": np.nan, "examples_per_s": np.nan, "step_time": 0.009},
+                                            "last 5 s"))
+    assert "last 5 s: steps/s too short to measure" in short and "nan" not in short and "9.00 ms" in short
