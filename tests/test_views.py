@@ -49,3 +49,18 @@ def test_the_speed_figures_say_what_each_is_and_when_a_run_is_too_short():
     short = " · ".join(render.figures_text({"steps_per_s": np.nan, "examples_per_s": np.nan, "step_time": 0.009},
                                             "last 5 s"))
     assert "last 5 s: steps/s too short to measure" in short and "nan" not in short and "9.00 ms" in short
+
+
+def test_the_inside_a_step_bar_waits_for_steps_past_the_traced_calls(tmp_path):
+    """Issue 35.9: while only the first calls had reported (the ones that trace; the default
+    skip), the live bar showed them as the run's step: 246.84 ms/step, mostly "other", in
+    a run doing 3. It shows nothing until a later step has come."""
+    def timed(s):
+        wall = 0.24684 if s <= 10 else 0.003
+        return {"step_time": wall, "input_time": 1e-4, "compute_time": 0.002, "comm_time": 5e-4, "comm_bytes": 1000}
+
+    traced = [r for r in _rows(anatomy=timed) if r["step"] <= 20]
+    run = RecordedRun(recorded_run(tmp_path, traced, steps_per_execution=10))  # skip: 2 calls of 10
+    assert run.anatomy().empty and render.inside_step_html(run) == ""
+    later = RecordedRun(recorded_run(tmp_path, _rows(steps=30, anatomy=timed), run_id="later", steps_per_execution=10))
+    assert "3.00 ms/step" in render.inside_step_html(later)

@@ -336,10 +336,10 @@ def inside_step_html(run: Any) -> str:
     from workbench.common import anatomy
 
     compression = getattr(run.job, "compression", None)
-    table = run.anatomy()
-    if len(table):
-        return anatomy_html(table, compression=compression)
-    line = bytes_sent_text(anatomy.sent(run.history), compression)
+    history = run.history
+    if anatomy.has_anatomy(history):  # nothing until steps past the skipped first calls (tracing)
+        return anatomy_html(run.anatomy(), compression=compression)
+    line = bytes_sent_text(anatomy.sent(history), compression)
     return f'<div class="wb-anatomy" style="font:12px sans-serif">{line}</div>' if line else ""
 
 
