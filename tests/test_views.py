@@ -2,6 +2,7 @@
 answer is known by hand: recorded runs read from their files, no cluster."""
 
 import numpy as np
+import pytest
 
 from checks import recorded_run
 from workbench.kernel.runs.recorded import RecordedRun
@@ -64,3 +65,32 @@ def test_the_inside_a_step_bar_waits_for_steps_past_the_traced_calls(tmp_path):
     assert run.anatomy().empty and render.inside_step_html(run) == ""
     later = RecordedRun(recorded_run(tmp_path, _rows(steps=30, anatomy=timed), run_id="later", steps_per_execution=10))
     assert "3.00 ms/step" in render.inside_step_html(later)
+
+
+def test_compare_s_table_shows_each_number_to_its_digits_under_one_header_row(tmp_path):
+    """Issue 36.10: wb.compare's table printed raw floats (195.4267 steps/s) under two
+    header rows, the second one empty but for the index's name."""
+    run = RecordedRun(recorded_run(tmp_path, _rows(), {"final_step": 100}))
+    table = compare.Comparison([run], ["two workers"])
+    assert table.table.loc["two workers", "steps/s"] == pytest.approx(195.4267)  # the numbers stay
+    html = table.static_html()
+    head = html[html.index("<thead>"):html.index("</thead>")]
+    assert head.count("<tr") == 1 and "<th>run</th>" in head, head
+    assert "<td>195.4</td>" in html and "<td>12,507</td>" in html and "195.4267" not in html
+    text = table.shown().to_string(index=False)
+    assert "195.4" in text and "195.43" not in text and "two workers" in text
+
+
+def test_tick_labels_keep_the_decimals_their_ticks_need():
+    """Issue 36.10: bqplot's own format labelled ticks 2.5, 7.5 and 12.5 as 3, 8 and 13."""
+    import bqplot as bq
+
+    axis = bq.Axis(scale=bq.LinearScale())
+    render.set_ticks(axis, 0.0, 12.5)
+    assert list(axis.tick_values) == [0, 2.5, 5, 7.5, 10, 12.5]
+    assert [format(t, axis.tick_format) for t in axis.tick_values] == ["0.0", "2.5", "5.0", "7.5", "10.0", "12.5"]
+    render.set_ticks(axis, 0.0, 3000.0)
+    assert axis.tick_format == ",.0f"
+    throughput = bq.Axis(scale=bq.LinearScale(), tick_format=render.THROUGHPUT_FORMAT)
+    render.set_ticks(throughput, 0.0, 30000.0)
+    assert throughput.tick_format == render.THROUGHPUT_FORMAT  # its own format is kept

@@ -40,10 +40,21 @@ THROUGHPUT_FORMAT = "~s"  # d3 format of d3's own round ticks: 24k, 1.2M; compac
 def set_ticks(axis: Any, lo: float, hi: float, most: int = X_TICKS) -> None:
     """Give a bqplot ``axis`` at most ``most`` round ticks over [lo, hi] (its scale's data
     range): d3's own choice crowds a 3,000-step axis with 16 labels, and bqplot's
-    ``num_ticks`` spaces them evenly at unround values (74, 151, 227)."""
+    ``num_ticks`` spaces them evenly at unround values (74, 151, 227). Labelled with the
+    decimals they need (``tick_format``), unless the axis has a format of its own."""
     ticks = nice_ticks(float(lo), float(hi), most)
     if len(ticks) >= 2 and list(axis.tick_values if axis.tick_values is not None else []) != ticks:
         axis.tick_values = np.asarray(ticks)
+        if axis.tick_format is None or axis.tick_format.startswith(",."):  # none, or one this chose
+            axis.tick_format = tick_format(ticks)
+
+
+def tick_format(ticks: Sequence[float]) -> str:
+    """The d3 format that shows each of ``ticks`` as it is, with as few decimals as that
+    takes: bqplot's own rounds ticks 2.5 apart to whole numbers (2.5, 7.5 and 12.5 read
+    3, 8 and 13)."""
+    decimals = next((k for k in range(7) if np.allclose(np.round(ticks, k), ticks, rtol=0, atol=1e-9)), 6)
+    return f",.{decimals}f"
 
 
 def compact(value: float) -> str:
