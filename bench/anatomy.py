@@ -21,7 +21,7 @@ import statistics
 import workbench as wb
 from workbench.common import anatomy
 
-from shared import OUT, machine, steady_steps_per_s
+from shared import OUT, machine, steady
 
 KINDS = (None, "fp16", "bf16", "int8")
 
@@ -49,7 +49,7 @@ def main(argv=None):
                 run = cluster.train(wb.models.mlp((64, 32)), digits, strategy="multi_worker_mirrored", workers=2,
                                     global_batch_size=128, steps=steps, checkpoint_every=0, dashboard=False,
                                     anatomy=timed).wait()
-                (on if timed else off).append(steady_steps_per_s(run))
+                (on if timed else off).append(steady(run))
             for kind in KINDS:
                 run = cluster.train(wb.models.mlp((2048,)), wide, strategy="multi_worker_mirrored", workers=2,
                                     global_batch_size=128, steps=wide_steps, checkpoint_every=0,

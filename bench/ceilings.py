@@ -144,7 +144,7 @@ def loopback_bytes_per_s(total, chunk=1 << 20):
 
 def compute(quick, repeats):
     features, hidden, classes, batch = (256, (1024, 1024), 10, 128) if quick else (1024, (4096, 4096), 10, 512)
-    steps, n = (20, 1024) if quick else (40, 4096)
+    steps, n = (60, 1024) if quick else (40, 4096)  # enough chunks for figures.py to time (MIN_ENDS)
     per_step = flops_per_step(features, hidden, classes, batch)
     data = wb.datasets.synthetic(examples=batch * 8, features=features, classes=classes)
     ours, plain, machine = [], [], []

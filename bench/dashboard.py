@@ -13,7 +13,7 @@ import statistics
 
 import workbench as wb
 
-from shared import OUT, machine, steady_steps_per_s
+from shared import OUT, machine, steady
 
 
 def main(argv=None):
@@ -34,7 +34,7 @@ def main(argv=None):
                 if with_dashboard:
                     dash._thread.join(10)
                     latencies += dash.latencies[:-1]  # the last update comes after the run ended
-                (on if with_dashboard else off).append(steady_steps_per_s(run))
+                (on if with_dashboard else off).append(steady(run))
     result = {
         "steps_per_s_with_dashboard": on, "steps_per_s_without": off,
         "ratio_median": statistics.median(on) / statistics.median(off),

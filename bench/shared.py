@@ -1,5 +1,5 @@
-"""What the benchmarks share: where results go, the machine line of every table, and the
-steps/s, summary and thread-CPU helpers several of them use.
+"""What the benchmarks share: where results go, the machine line of every table, a run's
+steps/s as ``workbench.common.figures`` defines it, summaries, and a thread's CPU.
 
 The benchmarks are scripts (``python bench/NAME.py``): Python puts bench/ first on their
 ``sys.path``, so they import this module, and each other, by name."""
@@ -18,24 +18,21 @@ def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}"
 
 
-def steady_steps_per_s(run) -> float:
-    """Steps/s after the first fifth of a run's distinct steps (tracing and warm-up left out)."""
-    h = run.history.drop_duplicates("step").sort_values("step")
-    start = h[h.step >= max(2, int(len(h) * 0.2))].iloc[0]
-    end = h.iloc[-1]
-    return (end.step - start.step) / max(end.time - start.time, 1e-9)
-
-
 def steady(run) -> float:
-    """Steps/s over the last 80% of a run's steps (tracing and warm-up left out), as the
-    plain-TF peer times itself (``peer_task.py``)."""
-    times = sorted(run.history.drop_duplicates("step").time)
-    start = max(1, len(times) // 5)
-    return (len(times) - 1 - start) / max(times[-1] - times[start], 1e-9)
+    """The run's steps/s as the dashboard and the CLI give it (``workbench.common.figures``:
+    over the last 80% of its steps, tracing and warm-up left out, as the peer times
+    itself); NaN when the run is too short to measure."""
+    from workbench.common import figures
+
+    return figures.history_figures(run.history, run.job.global_batch_size, run.job.first_step)["steps_per_s"]
 
 
 def summary(values) -> dict:
-    """Median, min, max and count of a list of measurements."""
+    """Median, min and max of ``values``; all NaN when one of them is (a run too short to
+    measure: no figure is made up from the others)."""
+    if any(v != v for v in values):
+        nan = float("nan")
+        return {"median": nan, "min": nan, "max": nan, "n": len(values)}
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 

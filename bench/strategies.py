@@ -14,7 +14,7 @@ import json
 import statistics
 import time
 
-from shared import OUT, machine, steady_steps_per_s
+from shared import OUT, machine, steady
 import workbench as wb
 
 
@@ -53,7 +53,7 @@ def main(argv=None):
                 for cname, cfg in CONFIGS.items():  # alternate configurations within each repeat
                     run = cluster.train(model, data, global_batch_size=batch, steps=steps, checkpoint_every=0,
                                         learning_rate=0.05, **cfg).wait(timeout=900)
-                    samples[cname].append(steady_steps_per_s(run))
+                    samples[cname].append(steady(run))
             base = statistics.median(samples["single"])
             results[wname] = {
                 c: {"steps_per_s_median": statistics.median(v), "min": min(v), "max": max(v),

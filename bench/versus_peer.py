@@ -29,11 +29,15 @@ import peer
 
 from shared import OUT, steady, summary
 import workbench as wb  # noqa: E402
+from workbench.common import figures  # noqa: E402
 
 PEER_LOOPED = "peer with 10 steps per schedule (tf.range) / peer"
 PEER_BEST_MWMS = "workbench / peer at TF's best loop (10 steps per call in tf.range, one reduce per call)"
 BEST_BURSTS = "workbench / TF's best loop, closely alternated (bursts on one cluster and one running peer job)"
-BURSTS = {"digits": (20, 1000), "wide": (12, 200)}  # (pairs, steps per burst); --quick: 2 pairs of 40 steps
+BURSTS = {"digits": (20, 1000), "wide": (12, 200)}  # (pairs, steps per burst); --quick: 2 pairs of QUICK_STEPS
+# --quick's runs: long enough for figures.py to time (a parameter-server run of 40 steps held
+# 2 distinct step ends: timed between them it read 10,090 steps/s, x46 the peer's)
+QUICK_STEPS = 200
 
 
 def closely_alternated(cluster, model, data, batch, workload, pairs, steps):
@@ -99,6 +103,11 @@ def rss(cluster, run):
             for t in run.tasks}
 
 
+def ratio_text(q):
+    """A ratio's median [min-max], or what it is when a run was too short to measure."""
+    return figures.TOO_SHORT if q["median"] != q["median"] else f"x{q['median']:.2f} [{q['min']:.2f}-{q['max']:.2f}]"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
@@ -107,7 +116,7 @@ def main(argv=None):
     repeats = args.repeats or (1 if args.quick else 3)
     # digits runs 3000 steps: parameter-server runs of 1000 steps or more unroll their calls;
     # the wide MLP runs 300 steps (looped) and, PSS only, 2000 (unrolled)
-    steps = {"digits": 40 if args.quick else 3000, "wide": 20 if args.quick else 300, "wide_2000": 2000}
+    steps = {"digits": QUICK_STEPS if args.quick else 3000, "wide": 300, "wide_2000": 2000}
     results, t_all = {}, time.time()
 
     # cold start: the peer's processes against a fresh Cluster, both to the first finished step.
@@ -178,7 +187,7 @@ def main(argv=None):
                 if looped:
                     rows[label][PEER_LOOPED if kind == "pss" else PEER_BEST_MWMS] = summary(looped)
                 if kind == "mwms":
-                    pairs, n = (2, 40) if args.quick else BURSTS[workload]
+                    pairs, n = (2, QUICK_STEPS) if args.quick else BURSTS[workload]
                     rows[label][BEST_BURSTS] = closely_alternated(cluster, model, data, batch, workload, pairs, n)
         finally:
             cluster.stop()
@@ -203,22 +212,20 @@ def main(argv=None):
     for wname in workloads_run:
         for label, r in results[wname].items():
             q = r["ratio"]
-            lines.append(f"| {wname}: {label}, workbench / peer | x{q['median']:.2f} [{q['min']:.2f}-{q['max']:.2f}] "
+            lines.append(f"| {wname}: {label}, workbench / peer | {ratio_text(q)} "
                          f"({r['workbench steps/s']['median']:.0f} vs {r['peer steps/s']['median']:.0f} steps/s) |")
             if PEER_BEST_MWMS in r:
                 q = r[PEER_BEST_MWMS]
-                lines.append(f"| {wname}: {label}, {PEER_BEST_MWMS} | "
-                             f"x{q['median']:.2f} [{q['min']:.2f}-{q['max']:.2f}] |")
+                lines.append(f"| {wname}: {label}, {PEER_BEST_MWMS} | {ratio_text(q)} |")
             if BEST_BURSTS in r:
                 b = r[BEST_BURSTS]
                 q = b["ratio"]
                 lines.append(f"| {wname}: {label}, {BEST_BURSTS}, {b['pairs']} pairs of {b['steps']} steps | "
-                             f"x{q['median']:.2f} [{q['min']:.2f}-{q['max']:.2f}] "
+                             f"{ratio_text(q)} "
                              f"({b['workbench steps/s']['median']:.0f} vs {b['peer steps/s']['median']:.0f} steps/s) |")
             if PEER_LOOPED in r:
                 q = r[PEER_LOOPED]
-                lines.append(f"| {wname}: {label}, reference: {PEER_LOOPED} | "
-                             f"x{q['median']:.2f} [{q['min']:.2f}-{q['max']:.2f}] |")
+                lines.append(f"| {wname}: {label}, reference: {PEER_LOOPED} | {ratio_text(q)} |")
     for wname in workloads_run:
         for label, r in results[wname].items():
             memory = ", ".join(f"{k} {v}" for k, v in r["engine RSS after training (MB)"].items())

@@ -62,3 +62,24 @@ def bed_cluster(bed, engines, **options):
 def exposure_warned(cluster):
     """Engines on a network: the start warned, once, that TF's gRPC servers listen on every interface."""
     return sum("TensorFlow's gRPC servers" in w for w in cluster.start_warnings) == 1
+
+
+def recorded_run(path, rows, result=None, **record):
+    """A run directory under ``path`` (a workbench home) as a run leaves it: ``run.json``
+    (``record`` over a 2-worker MWMS run of 400 steps, global batch 64), ``rows`` in each
+    worker's metrics file, and ``result.json`` when ``result`` is given. Returns it."""
+    import json
+
+    from workbench import store
+
+    run_dir = path / "runs" / record.get("run_id", "20260101-000000-abcdef")
+    (run_dir / "metrics").mkdir(parents=True, exist_ok=True)
+    store.write_json(run_dir / "run.json", {"run_id": run_dir.name, "strategy": "multi_worker_mirrored", "workers": 2,
+                                              "ps": 0, "steps": 400, "global_batch_size": 64, "started": 999.0,
+                                              "steps_per_execution": 1, "tasks": [], **record})
+    for w in sorted({r["worker"] for r in rows}):
+        with open(run_dir / "metrics" / f"{w}.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows if r["worker"] == w)
+    if result is not None:
+        store.write_json(run_dir / "result.json", {"error": None, "stopped": False, "evaluation": None, **result})
+    return run_dir

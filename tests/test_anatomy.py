@@ -99,8 +99,7 @@ def _pandas_table(history, skip=0):
     cols = ["worker", "steps", "step_time", *anatomy.PARTS, "bytes_per_step", "busy", "straggler"]
     if history is None or not len(history) or not anatomy.has_anatomy(history):
         return pd.DataFrame(columns=cols)
-    h = history[history.step > skip] if (history.step > skip).any() else history
-    h = _pandas_per_step(h)
+    h = _pandas_per_step(history[history.step > skip])
     if h.empty:
         return pd.DataFrame(columns=cols)
     g = h.groupby("worker")

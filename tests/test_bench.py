@@ -71,6 +71,28 @@ def ceilings_ok(data):
     assert a["per-variable / packed"]["median"] > 0 and a["loopback TCP MB/s"]["median"] > 0
 
 
+def test_versus_peer_prints_no_ratio_of_a_run_too_short_to_measure(tmp_path):
+    """Issue 35.7: ``versus_peer.py --quick`` printed x46.12 for PSS (10,090 vs 219 steps/s),
+    timing a 40-step parameter-server run between two ends of rows its chief collected
+    together. It times runs as the dashboard and the CLI do (``common/figures.py``): such
+    a run is too short to measure, and its row says so instead of a ratio."""
+    import math
+
+    from checks import recorded_run
+    from workbench.kernel.runs.recorded import RecordedRun
+
+    chunks = [(1, 1, 0.0), (2, 11, 0.2104), (12, 21, 0.2107), (22, 31, 0.2111), (32, 40, 0.2149)]
+    rows = [{"step": s, "worker": f"worker:{s % 2}", "loss": 1.0, "accuracy": 0.5, "step_time": 0.01,
+             "examples_per_s": 12800.0, "replicas": 1, "time": 1000.0 + t + 1e-5 * (s - a)}
+            for a, b, t in chunks for s in range(a, b + 1)]
+    run = RecordedRun(recorded_run(tmp_path, rows, {"final_step": 40}, strategy="parameter_server", ps=1, steps=40,
+                                   global_batch_size=128))
+    assert math.isnan(versus_peer.steady(run))
+    row = versus_peer.summary([versus_peer.steady(run) / 219.0])
+    assert versus_peer.ratio_text(row) == "too short to measure"
+    assert versus_peer.ratio_text(versus_peer.summary([0.99, 1.01])) == "x1.00 [0.99-1.01]"
+
+
 @pytest.mark.cluster
 def test_every_benchmark_runs_in_quick_mode_with_plots():
     """The README's one benchmark command, in its tiny mode. It leaves no temporary directory."""

@@ -33,16 +33,69 @@ def test_a_run_s_figures_count_from_its_first_fifth_and_its_pauses_are_slow_step
 
 def test_steps_reported_together_count_from_their_chunks_end():
     # chunks of 10 steps end every 0.1 s (100 steps/s); a chunk's rows are published 10 us apart
-    step = np.arange(1, 31)
+    step = np.arange(1, 41)
     time = 100.0 + 0.1 * ((step - 1) // 10 + 1) + 1e-5 * ((step - 1) % 10)
-    fig = figures.run_figures(step, time, np.full(30, 0.01), global_batch_size=64)
-    # the steady stretch starts at step 7, inside the first chunk: counted from that chunk's
-    # end (step 10), steps 11..30 took 0.2 s; from step 7 it would read 23 / 0.2 = 115
+    fig = figures.run_figures(step, time, np.full(40, 0.01), global_batch_size=64)
+    # the steady stretch starts at step 9, inside the first chunk: counted from that chunk's
+    # end (step 10), steps 11..40 took 0.3 s; from step 9 it would read 31 / 0.3 = 103
     assert fig["steps_per_s"] == pytest.approx(100.0)
-    assert figures.steady_stretch(pd.DataFrame({"step": step, "time": time})) == (10, pytest.approx(100.1 + 9e-5), 30,
-                                                                    pytest.approx(100.3 + 9e-5))
+    assert figures.steady_stretch(pd.DataFrame({"step": step, "time": time})) == (10, pytest.approx(100.1 + 9e-5), 40,
+                                                                    pytest.approx(100.4 + 9e-5))
     one_chunk = figures.steps_per_s(step[:10], time[:10])
     assert np.isnan(one_chunk), "a single chunk measures no time between steps"
+
+
+def test_a_stretch_of_fewer_than_min_ends_distinct_step_ends_is_too_short_to_measure():
+    """A 40-step parameter-server run's rows as its chief used to stamp them, when it
+    collected them (issue 35.7): a call of 1 step, then calls of 10; after the first fifth
+    of the steps two distinct ends remain, the last one holding three calls collected at
+    once. Timed between them it read 4,610 steps/s where its workers did ~260: too short
+    to measure."""
+    chunks = [(1, 1, 0.0), (2, 11, 0.2538), (12, 21, 0.2571), (22, 31, 0.2586), (32, 40, 0.2601)]
+    step = np.concatenate([np.arange(a, b + 1) for a, b, _ in chunks])
+    time = np.concatenate([t + 1e-5 * np.arange(b - a + 1) for a, b, t in chunks])
+    fig = figures.run_figures(step, time, np.full(len(step), 0.008), global_batch_size=256)
+    assert np.isnan(fig["steps_per_s"]) and np.isnan(fig["examples_per_s"]) and fig["step_time"] == pytest.approx(0.008)
+    assert figures.distinct_ends(time[step >= 9]) == 2 < figures.MIN_ENDS
+    # one call more, 0.04 s later, and the stretch holds MIN_ENDS ends: a rate
+    step, time = np.r_[step, np.arange(41, 51)], np.r_[time, 0.3006 + 1e-5 * np.arange(10)]
+    assert figures.distinct_ends(time[step >= 11]) == figures.MIN_ENDS
+    assert figures.run_figures(step, time, np.full(len(step), 0.008), 256)["steps_per_s"] == pytest.approx(
+        39 / (0.3006 + 9e-5 - 0.2538 - 9e-5))
+
+
+def test_asynchronous_steps_count_by_when_they_ended_not_by_their_numbers():
+    """Two parameter-server workers' calls of 10 steps overlap, and worker 1's first call
+    (steps 2-11: it traces) ends after worker 0's next two: steps end out of their numbers'
+    order. From 1.2 s on a call ends every 0.05 s: 79 steps in 0.4 s."""
+    chunks = [(1, 1, 1.0), (12, 21, 1.1), (22, 31, 1.2), (2, 11, 1.25), (32, 41, 1.3), (42, 51, 1.35), (52, 61, 1.4),
+              (62, 71, 1.45), (72, 81, 1.5), (82, 91, 1.55), (92, 100, 1.6)]
+    step = np.concatenate([np.arange(a, b + 1) for a, b, _ in chunks])
+    time = np.concatenate([t + 1e-5 * np.arange(b - a + 1) for a, b, t in chunks])
+    fig = figures.run_figures(step, time, np.full(len(step), 0.01), global_batch_size=64)
+    assert fig["steps_per_s"] == pytest.approx(79 / (1.6 + 8e-5 - 1.2 - 9e-5))  # by step number from step 21: 79 / 0.5
+    assert fig["wall_time"] == pytest.approx(0.6 + 8e-5)
+
+
+def test_a_resumed_run_s_figures_are_its_newest_attempt_s():
+    """Issue 35.6: a run did 200 steps at 371.5 steps/s, stopped, and was resumed a minute
+    later from its checkpoint at step 200 for 200 more at 213.7. Its figures are the newest
+    attempt's: the minute between them is no training time."""
+    first = np.arange(1, 201)
+    second = np.arange(201, 401)
+    step = np.r_[first, second]
+    time = np.r_[1000.0 + first / 371.5, 1000.0 + 200 / 371.5 + 60.0 + (second - 200) / 213.7]
+    loss = np.r_[np.full(200, 2.0), np.full(195, 1.0), np.full(5, 0.5)]
+    h = pd.DataFrame({"step": step, "time": time, "step_time": np.r_[np.full(200, 1 / 371.5), np.full(200, 1 / 213.7)],
+                      "loss": loss})
+    fig = figures.history_figures(h, 64, first_step=201)
+    assert fig["steps_per_s"] == pytest.approx(213.7) and fig["examples_per_s"] == pytest.approx(213.7 * 64)
+    assert fig["step_time"] == pytest.approx(1 / 213.7) and fig["wall_time"] == pytest.approx(199 / 213.7)
+    assert fig["final_loss"] == pytest.approx(0.75)
+    whole = figures.history_figures(h, 64)  # the pause counted, as the panel and %wb read it: x0.02
+    assert whole["steps_per_s"] < 213.7 / 10
+    assert figures.final_loss(step, loss, first_step=396) == pytest.approx(0.5)  # 5 steps in that attempt
+    assert figures.scope(1) == "whole run" and figures.scope(201) == "since the resume at step 200"
 
 
 def test_a_step_ends_when_its_last_worker_reports_it_in_any_row_order():

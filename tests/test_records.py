@@ -3,6 +3,8 @@
 import json
 import os
 
+import numpy as np
+
 from workbench import store
 
 
@@ -25,7 +27,9 @@ def test_a_run_read_from_its_files_as_it_grows_and_ends(tmp_path):
     (run_dir / "metrics" / "worker:0.jsonl").open("a").write('{"step": 11, "wor')  # a line being written
     r = book.runs()[0]
     assert (r["status"], r["step"], r["steps"], r["workers"]) == ("running", 10, 100, 2)
-    assert r["loss"] == 2.0 / 10 and abs(r["steps_per_s"] - 10.0) < 1e-6 and len(r["sparkline"]) == 10
+    # its loss: figures.py's final loss, the mean of its last 10 steps' losses
+    assert abs(r["loss"] - np.mean(2.0 / np.arange(1, 11))) < 1e-12
+    assert abs(r["steps_per_s"] - 10.0) < 1e-6 and len(r["sparkline"]) == 10
     (run_dir / "metrics" / "worker:0.jsonl").open("a").write('ker": "worker:0", "loss": 0.1, "time": 1001.1}\n')
     assert book.runs()[0]["step"] == 11  # the rest of the line, read on the next poll
     store.write_json(run_dir / "result.json", {"final_step": 11, "error": None, "stopped": True})
@@ -127,10 +131,12 @@ def test_runs_and_history_of_a_real_run_from_files_alone(tmp_path, monkeypatch):
             dash._redraw()
         shown = [dash._bundle()["text/html"], dash.thr_text.value] if source is run else [dash._repr_html_()]
         for html in shown:
-            assert (f"<b>{fig['examples_per_s']:,.0f}</b> examples/s" in html and f"{fig['steps_per_s']:,.1f} steps/s" in html
-                    and f"step time {fig['step_time'] * 1000:.2f} ms (whole run)" in html), html[:2000]
+            assert (f"whole run: <b>{fig['examples_per_s']:,.0f}</b> examples/s" in html
+                    and f"{fig['steps_per_s']:,.1f} steps/s (wall clock)" in html
+                    and f"step time {fig['step_time'] * 1000:.2f} ms (median" in html), html[:2000]
     panel = store.Records(tmp_path).runs()[0]
     assert panel["steps_per_s"] == pytest.approx(fig["steps_per_s"], rel=1e-9)
+    assert panel["loss"] == pytest.approx(fig["final_loss"]) and listed.loss[0] == pytest.approx(fig["final_loss"])
 
 
 def test_two_tasks_events_of_the_same_kind_at_the_same_microsecond_are_both_kept(tmp_path):
@@ -149,3 +155,107 @@ def test_two_tasks_events_of_the_same_kind_at_the_same_microsecond_are_both_kept
     run.log.merge({"events": placement}, None)  # the same events again, from the files
     tasks = run.placement[run.placement.variable.isna()]
     assert sorted(tasks.host) == ["h1", "h2"] and len(tasks) == 2
+
+
+def _attempts(pause=60.0):
+    """A 2-worker run that did 230 steps at 371.5 steps/s (a checkpoint at step 200), was
+    lost, and resumed from that checkpoint a minute later for steps 201-400 at 213.7. The
+    workers' losses differ (worker:1's by 0.5). Rows as (first attempt, second attempt)."""
+    def rows(steps, start, rate):
+        return [{"step": s, "worker": w, "loss": 3.0 / s + (0.5 if w == "worker:1" else 0.0), "accuracy": 0.5,
+                 "step_time": 1 / rate, "examples_per_s": 32 * rate, "replicas": 1,
+                 "time": start + (s - steps[0] + 1) / rate + 1e-4 * i}
+                for s in steps for i, w in enumerate(("worker:0", "worker:1"))]
+
+    first = rows(range(1, 231), 1000.0, 371.5)
+    return first, rows(range(201, 401), first[-1]["time"] + pause, 213.7)
+
+
+def test_a_resumed_run_reads_as_its_newest_attempt_in_every_view(tmp_path):
+    """Issue 35.6: the panel and %wb (store.Records), the CLI's summary and show, wb.compare
+    and the dashboard's snapshot of a resumed run all give its newest attempt's figures: the
+    pause between the attempts is no training time. A panel that read the run's files before
+    the resume (which cuts them back to the checkpoint) reads the new attempt whole."""
+    import pytest
+
+    from workbench import cli
+    from workbench.common import figures
+    from workbench.kernel.runs.recorded import RecordedRun
+    from workbench.kernel.views import compare
+    from checks import recorded_run
+
+    first, second = _attempts()
+    panel = store.Records(tmp_path)
+    run_dir = recorded_run(tmp_path, first, kernel_pid=os.getpid())
+    assert panel.run(run_dir)["step"] == 230
+    # the resume: files cut back to the checkpoint, run.json rewritten, the new attempt's rows
+    run_dir = recorded_run(tmp_path, [r for r in first if r["step"] <= 200] + second, {"final_step": 400},
+                           attempt=1, first_step=201, kernel_pid=os.getpid())
+    for book in (panel, store.Records(tmp_path)):  # polled across the resume, and read afresh
+        r = book.run(run_dir)
+        assert r["status"] == "finished" and r["step"] == 400
+        assert r["steps_per_s"] == pytest.approx(213.7)  # the pause counted: 5.2
+        assert r["loss"] == pytest.approx(figures.final_loss([r["step"] for r in second], [r["loss"] for r in second]))
+    run = RecordedRun(run_dir)
+    assert compare.summary(run, "x")["steps/s"] == pytest.approx(213.7)
+    text = cli.summary(run)
+    assert "steps/s        213.7 (" in text and "since the resume at step 200" in text, text
+    assert "since the resume at step 200: <b>13,677</b> examples/s" in run.dashboard()._repr_html_()
+
+
+def test_a_run_s_loss_is_one_number_wherever_it_shows(tmp_path, monkeypatch):
+    """Issue 35.8: the panel, wb.runs() and %wb (store.Records) showed one worker's newest
+    row where the CLI's summary and show and wb.compare showed the mean of the last 10
+    steps. Every view gives figures.final_loss: the mean over the last 10 steps of each
+    step's mean over its workers."""
+    import pytest
+
+    import workbench as wb
+    from workbench import cli
+    from workbench.common import figures
+    from workbench.kernel.runs.recorded import RecordedRun
+    from workbench.kernel.views import compare
+    from checks import recorded_run
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
+    first, _ = _attempts()
+    run_dir = recorded_run(tmp_path, first, {"final_step": 230}, kernel_pid=os.getpid())
+    want = figures.final_loss([r["step"] for r in first], [r["loss"] for r in first])
+    assert want == pytest.approx(np.mean([3.0 / s + 0.25 for s in range(221, 231)]))
+    assert store.Records(tmp_path).run(run_dir)["loss"] == pytest.approx(want)  # the panel and %wb
+    assert wb.runs().loss[0] == pytest.approx(want)
+    run = RecordedRun(run_dir)
+    assert compare.summary(run, "x")["final loss"] == pytest.approx(want)
+    assert f"final loss     {want:.4f} " in cli.summary(run) and f"final loss     {want:.4f} " in cli.describe(run)
+
+
+def test_a_resumed_run_gives_its_newest_attempt_s_figures_live_and_from_its_files(tmp_path, monkeypatch):
+    """Issue 35.6 on a real run: trained to step 60 (a checkpoint), resumed from it to 120.
+    The resumed run in this kernel holds its new attempt's rows; its run directory holds
+    both attempts'. The panel, the loaded run's summary and wb.compare's row give the live
+    run's figures: the pause between the attempts (a stop, a launch) is not counted."""
+    import pytest
+
+    import workbench as wb
+    from workbench import cli
+    from workbench.common import figures
+    from workbench.kernel.views import compare
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
+    with wb.Cluster(engines=2) as cluster:
+        run = cluster.train(wb.models.mlp((16,)), wb.datasets.digits(), strategy="multi_worker_mirrored", workers=2,
+                            steps=60, global_batch_size=64, dashboard=False, checkpoint_every=30).wait()
+        resumed = run.resume(steps=120).wait()
+    assert resumed.history.step.min() == 61  # this kernel's: the new attempt's rows only
+    fig = figures.history_figures(resumed.history, 64)
+    panel = store.Records(tmp_path).runs()[0]
+    assert panel["steps_per_s"] == pytest.approx(fig["steps_per_s"], rel=1e-9)
+    assert panel["loss"] == pytest.approx(fig["final_loss"])
+    loaded = wb.load(run.id)
+    for source in (resumed, loaded):
+        assert compare.summary(source, "x")["steps/s"] == pytest.approx(fig["steps_per_s"], rel=1e-9)
+        assert f"steps/s        {fig['steps_per_s']:,.1f} " in cli.summary(source)
+    both = loaded.history
+    assert both.step.min() == 1 and both.step.max() == 120 and loaded.job.first_step == resumed.job.first_step == 61
+    mixed = figures.history_figures(both, 64)["steps_per_s"]  # the pause between them counted
+    assert mixed < 0.8 * fig["steps_per_s"], (mixed, fig["steps_per_s"])

@@ -114,9 +114,7 @@ def describe(run: "Run") -> str:
              f"  status         {run.status}" + (f": {run.error}" if run.error else ""),
              f"  steps          {run.final_step}/{job.steps}"]
     if len(h):
-        from workbench.common import figures
-
-        lines.append(f"  final loss     {figures.final_loss(h.step.values, h.loss.values):.4f} (mean of the last 10 steps)")
+        lines.append(_final_loss_line(h, run.job.first_step))
     for name, value in (run.evaluation or {}).items():
         if name.startswith("test_"):
             lines.append(f"  {name.replace('_', ' '):<14} {value:.4f}")
@@ -234,9 +232,9 @@ def _follow(run, out, progress, interrupted):
 
     def show(bar, h, rate, where):
         bar.update(int(h.step.max()) - bar.n if len(h) else 0)
-        rate_text = "-" if rate != rate else f"{rate:,.1f}"  # NaN: too few steps yet
-        loss = f"loss {h.loss.iloc[-20:].mean():.4f}, " if len(h) else ""
-        bar.set_postfix_str(f"{loss}{rate_text} steps/s ({where})")
+        rate_text = f"steps/s {figures.TOO_SHORT}" if rate != rate else f"{rate:,.1f} steps/s"
+        loss = f"loss {figures.final_loss(h.step.values, h.loss.values, run.job.first_step):.4f}, " if len(h) else ""
+        bar.set_postfix_str(f"{loss}{rate_text} ({where})")
 
     # tqdm writes the postfix's ", " itself; the bar leaves the terminal's last column free
     # (terminals wrap or cut a line that fills it), and the loss leads the postfix: where
@@ -253,27 +251,44 @@ def _follow(run, out, progress, interrupted):
             return  # the bar stays where the run was
         run.wait()  # every row is in: the bar ends on the summary's figure
         h = run.history
-        show(bar, h, figures.history_figures(h, run.job.global_batch_size)["steps_per_s"], "whole run")
+        first = run.job.first_step
+        show(bar, h, figures.history_figures(h, run.job.global_batch_size, first)["steps_per_s"], figures.scope(first))
+
+
+def _final_loss_line(h, first_step):
+    from workbench.common import figures
+
+    return (f"  final loss     {figures.final_loss(h.step.values, h.loss.values, first_step):.4f} "
+            f"(mean of the last {figures.LAST_STEPS} steps)")
 
 
 def summary(run: "Run") -> str:
     """The run in a few lines; steps/s, examples/s, step time and wall time by their one
     definition (``common/figures.py``), the numbers ``wb.compare``, the dashboard and the
-    panel give for the run."""
+    panel give for the run (a resumed run's: its newest attempt's)."""
     from workbench.common import figures
 
     h = run.history
+    first = run.job.first_step
     lines = [f"run {run.id}: {run.job.strategy}, workers={run.job.workers}, ps={run.job.ps}",
              f"  steps          {run.final_step}/{run.job.steps}" + (" (stopped)" if run.stopped else "")]
     if len(h):
-        fig = figures.history_figures(h, run.job.global_batch_size)
-        per_worker = h.groupby("worker").examples_per_s.median()
-        lines.append(f"  final loss     {figures.final_loss(h.step.values, h.loss.values):.4f} (mean of the last 10 steps)")
-        lines.append(f"  steps/s        {fig['steps_per_s']:,.1f} (global steps, after the first fifth of the run)")
-        lines.append(f"  examples/s     {fig['examples_per_s']:,.0f} (steps/s x global batch "
-                     f"{run.job.global_batch_size}); each worker's own, median: "
-                     f"{', '.join(f'{w} {v:,.0f}' for w, v in per_worker.items())}")
-        lines.append(f"  step time      {fig['step_time'] * 1000:.2f} ms (median)")
+        fig = figures.history_figures(h, run.job.global_batch_size, first)
+        per_worker = h[h.step >= first].groupby("worker").examples_per_s.median()
+        scope = "after the first fifth of the run" if first <= 1 else \
+            f"after the first fifth of the steps since the resume at step {first - 1}"
+        lines.append(_final_loss_line(h, first))
+        own = f"each worker's own, median: {', '.join(f'{w} {v:,.0f}' for w, v in per_worker.items())}"
+        if fig["steps_per_s"] == fig["steps_per_s"]:
+            lines.append(f"  steps/s        {fig['steps_per_s']:,.1f} (global steps per second of wall time, {scope})")
+            lines.append(f"  examples/s     {fig['examples_per_s']:,.0f} (steps/s x global batch "
+                         f"{run.job.global_batch_size}); {own}")
+        else:  # NaN: fewer than figures.MIN_ENDS distinct step ends
+            lines.append(f"  steps/s        {figures.TOO_SHORT} (fewer than {figures.MIN_ENDS} distinct step ends "
+                         f"{scope})")
+            lines.append(f"  examples/s     {figures.TOO_SHORT}; {own}")
+        lines.append(f"  step time      {fig['step_time'] * 1000:.2f} ms (median of a worker's seconds per step as it "
+                     "timed them: 1 / step time is not steps/s)")
         lines.append(f"  wall time      {fig['wall_time']:.1f} s (first to last step)")
     for name, value in (run.evaluation or {}).items():
         if name.startswith("test_"):

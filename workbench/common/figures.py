@@ -1,26 +1,47 @@
-"""One definition of each speed figure a user reads about a run, for every place that shows
-one: the dashboard (live and at the end), ``wb.compare``, the CLI's summary, the panel's
-records and ``%wb``. Pure numpy on the rows' ``step``, ``time`` and ``step_time``; no TF.
+"""One definition of each figure a user reads about a run, for every place that shows one:
+the dashboard (live and at the end), ``wb.compare``, the CLI (progress, summary, ``show``,
+``runs``), the panel's records and ``%wb``. Pure numpy on the rows' ``step``, ``time``,
+``step_time`` and ``loss``; no TF.
 
 - **A step's end** is the latest ``time`` any worker reported that step at: a synchronous
-  step is done when its slowest worker is; an asynchronous step has one row.
-- **steps/s** over a stretch of steps: steps done / wall time between the ends of its first
-  and last step. Checkpoints, evaluations and other pauses inside the stretch count: a
-  step that waited is a slow step, never a fast one. Steps run in one call (a chunk of
-  ``steps_per_execution``) are reported together at the call's end, their rows less than
-  ``BATCH_GAP`` apart: the stretch starts at the end of the chunk that holds its first
-  step, and that chunk's steps are not counted (they ran before it). Counted from inside a
-  chunk, a 24-step run in chunks of 10 read 17 steps done in the time of 14 (x1.21).
+  step is done when its slowest worker is; an asynchronous step has one row, stamped with
+  the time its worker's call ended on that worker (the chief collects calls in the order it
+  scheduled them, late and several at once while another worker's first call traces: at
+  collection time a 60-step parameter-server run once read 607 steps/s for a true ~190).
+- **steps/s** over a stretch of steps: the steps that ended inside it / its wall time, from
+  the end of its first step to the end of its last. Checkpoints, evaluations and other
+  pauses inside the stretch count: a step that waited is a slow step, never a fast one.
+  Steps run in one call (a chunk of ``steps_per_execution``) are reported together at the
+  call's end, their rows less than ``BATCH_GAP`` apart: the stretch starts at the end of
+  the chunk that holds its first step, and that chunk's steps are not counted (they ran
+  before it). Counted from inside a chunk, a 24-step run in chunks of 10 read 17 steps
+  done in the time of 14 (x1.21). Asynchronous steps may end out of their numbers' order
+  (two workers' calls overlap): steps are counted by when they ended, not by number.
+- **Too short to measure**: a stretch holding fewer than ``MIN_ENDS`` distinct step ends
+  (chunks of rows ``BATCH_GAP`` apart; its start counts) gives NaN, which every view
+  prints as "too short to measure", never as a rate: two ends time one interval, which may
+  hold any number of steps reported at once (a 40-step parameter-server run whose chief
+  stamped its rows when it collected them held two: 4,417 steps/s, its workers ~260).
 - **examples/s** of a run: steps/s x the global batch (every global step consumes one
   global batch, whatever the strategy). A worker's own examples/s (the rows'
   ``examples_per_s``, the per-worker chart) is what it measured around its steps.
-- **step time**: the median of the rows' ``step_time`` (seconds one worker spent on one
-  step, as the engine measured it).
+- **step time**: the median of the rows' ``step_time``: seconds one worker spent on one
+  step as its engine timed it, around its training call (the time between calls, where
+  the engine publishes metrics and agrees on stopping, is not in it: 1 / step time is not
+  steps/s; under a parameter server from the end of the worker's previous call, its waits
+  for the chief included).
 - **scaling efficiency**: examples/s / (workers x examples/s of one worker alone).
-- **A run's figures** leave out its first fifth of steps (tracing, warm-up), and its
-  **wall time** is from the end of its first step to the end of its last.
-- **final loss**: the mean over the last 10 steps of each step's loss (the mean of its
-  workers' rows).
+- **A run's figures** leave out its first fifth of steps, by end time (tracing, warm-up),
+  and its **wall time** is from the end of its first step to the end of its last.
+- **A resumed run's figures** are those of its newest attempt, the steps from
+  ``first_step`` (the resumed checkpoint's step + 1) on, as if it were a run of its own:
+  the pause between attempts is no training time (issue 35.6: a run whose attempts ran at
+  371.5 and 213.7 steps/s read 50.7 with it), and a resume may change the workers and PS
+  tasks. A live ``Run``
+  holds only its newest attempt's rows; a recorded run's files hold every attempt's.
+- **final loss** (a run's "loss" wherever one number stands for it, live or ended): the
+  mean over its last ``LAST_STEPS`` steps of each step's loss (the mean of its workers'
+  rows), in its newest attempt.
 - **Live figures** are the same steps/s over the steps that ended in the last ``RECENT_S``
   seconds.
 """
@@ -29,9 +50,11 @@ from typing import TypedDict
 
 import numpy as np
 
-STEADY_FROM = 0.2  # a run's figures start after this share of its steps
 RECENT_S = 5.0  # the live figures' window (seconds)
 BATCH_GAP = 0.002  # rows closer than this in time were published together (one chunk of steps)
+MIN_ENDS = 3  # distinct step ends a stretch must hold for a rate: two intervals timed
+LAST_STEPS = 10  # the final loss is the mean over this many last steps
+TOO_SHORT = "too short to measure"
 
 
 class Figures(TypedDict):
@@ -39,6 +62,7 @@ class Figures(TypedDict):
     examples_per_s: float
     step_time: float  # seconds
     wall_time: float  # seconds, first step's end to last step's end
+    final_loss: float
 
 
 def step_ends(steps: "np.typing.ArrayLike", times: "np.typing.ArrayLike") -> tuple[np.ndarray, np.ndarray]:
@@ -53,25 +77,44 @@ def step_ends(steps: "np.typing.ArrayLike", times: "np.typing.ArrayLike") -> tup
     return steps[last], times[last]
 
 
+def _start(ordered: np.ndarray) -> int:
+    """Index in ``ordered`` (step ends, sorted) of the end of the first chunk: its last row."""
+    return int(np.searchsorted(ordered, ordered[0] + BATCH_GAP, side="right")) - 1
+
+
 def stretch(steps: "np.typing.ArrayLike", ends: "np.typing.ArrayLike") -> tuple[int, float, int, float]:
-    """(first step, its end, last step, its end) of the stretch ``steps_per_s`` times over
-    ``steps`` (ordered, with their ends): from the end of the batch of rows published
-    with the first (``BATCH_GAP``) to the last. NaN times for no steps."""
+    """(first, began, last, ended) of the stretch ``steps_per_s`` times over ``steps``
+    (with their ends, any order): from the end of the chunk of rows that ended first
+    (``BATCH_GAP``) to the latest end. ``last`` is the highest step and ``last - first``
+    the steps that ended inside the stretch (``first`` is the step at its start when steps
+    end in their order, as synchronous ones do). NaN times for no steps."""
     steps, ends = np.asarray(steps, np.int64), np.asarray(ends, float)
     if not len(steps):
         return 0, float("nan"), 0, float("nan")
-    later = np.flatnonzero(ends > ends[0] + BATCH_GAP)
-    start = later[0] - 1 if len(later) else len(ends) - 1  # the first batch's last row
-    return int(steps[start]), float(ends[start]), int(steps[-1]), float(ends[-1])
+    ordered = np.sort(ends)
+    start = _start(ordered)
+    last = int(steps.max())
+    return last - (len(ordered) - 1 - start), float(ordered[start]), last, float(ordered[-1])
+
+
+def distinct_ends(ends: "np.typing.ArrayLike") -> int:
+    """How many distinct ends (chunks of rows more than ``BATCH_GAP`` apart) the stretch
+    over ``ends`` holds, its start included."""
+    ordered = np.sort(np.asarray(ends, float))
+    if not len(ordered):
+        return 0
+    inside = ordered[_start(ordered):]
+    return 1 + int(np.count_nonzero(np.diff(inside) > BATCH_GAP))
 
 
 def steps_per_s(steps: "np.typing.ArrayLike", ends: "np.typing.ArrayLike") -> float:
-    """Steps done per second of wall time between the first and the last of ``steps``
-    (ordered, with their ends), counted from the end of the batch of rows published with
-    the first (``stretch``). NaN for fewer than two steps or no time between them."""
+    """Steps that ended per second of wall time over ``steps`` (with their ends, any
+    order), counted from the end of the chunk that ended first (``stretch``). NaN when the
+    stretch holds fewer than ``MIN_ENDS`` distinct ends: too short to measure."""
     first, began, last, ended = stretch(steps, ends)
-    span = ended - began
-    return float(last - first) / span if span > 0 else float("nan")
+    if distinct_ends(ends) < MIN_ENDS:
+        return float("nan")
+    return float(last - first) / (ended - began)
 
 
 def examples_per_s(rate: float, global_batch_size: int) -> float:
@@ -92,64 +135,84 @@ def scaling_efficiency(examples: float, workers: int, one_worker: float) -> floa
     return float(examples) / (int(workers) * float(one_worker))
 
 
-def steady_start(steps: np.ndarray) -> int:
-    """The first step a run's figures count: the one a fifth of the way through its steps."""
-    return int(steps[len(steps) // 5 if len(steps) > 1 else 0])
+def steady(ends: np.ndarray) -> np.ndarray:
+    """Which of a run's steps (their ``ends``) its figures count: those that ended no
+    earlier than the step a fifth of the way through them, in the order they ended."""
+    if len(ends) < 2:
+        return np.ones(len(ends), bool)
+    return ends >= np.sort(ends)[len(ends) // 5]
+
+
+def final_loss(steps: "np.typing.ArrayLike", losses: "np.typing.ArrayLike", first_step: int = 1) -> float:
+    """The mean over the last ``LAST_STEPS`` steps from ``first_step`` on of each step's
+    mean loss over its rows (NaN losses left out); NaN without any."""
+    steps = np.asarray(steps, dtype=np.int64)
+    losses = np.asarray(losses, float)
+    keep = (steps >= first_step) & np.isfinite(losses)
+    steps, losses = steps[keep], losses[keep]
+    if not len(steps):
+        return float("nan")
+    s, inverse = np.unique(steps, return_inverse=True)
+    per_step = np.bincount(inverse, weights=losses) / np.bincount(inverse)
+    return float(per_step[-LAST_STEPS:].mean())
 
 
 def run_figures(steps: "np.typing.ArrayLike", times: "np.typing.ArrayLike", step_times: "np.typing.ArrayLike",
-                global_batch_size: int) -> Figures:
-    """A whole run's figures from its rows (one per worker and step): steps/s and examples/s
-    after its first fifth of steps, the median step time over the same steps, wall time."""
+                global_batch_size: int, losses: "np.typing.ArrayLike | None" = None, first_step: int = 1) -> Figures:
+    """A run's figures from its rows (one per worker and step), over its newest attempt's
+    (steps from ``first_step`` on): steps/s and examples/s after its first fifth of steps,
+    the median step time over the same steps, wall time, and the final loss of ``losses``."""
     steps = np.asarray(steps, dtype=np.int64)
+    times = np.asarray(times, float)
+    step_times = np.asarray(step_times, float)
+    attempt = steps >= first_step
+    steps, times, step_times = steps[attempt], times[attempt], step_times[attempt]
+    loss = float("nan") if losses is None else final_loss(steps, np.asarray(losses, float)[attempt])
     s, ends = step_ends(steps, times)
     if not len(s):
         nan = float("nan")
-        return {"steps_per_s": nan, "examples_per_s": nan, "step_time": nan, "wall_time": nan}
-    first = steady_start(s)
-    keep = s >= first
+        return {"steps_per_s": nan, "examples_per_s": nan, "step_time": nan, "wall_time": nan, "final_loss": loss}
+    keep = steady(ends)
     rate = steps_per_s(s[keep], ends[keep])
+    counted = np.isin(steps, s[keep])
     return {"steps_per_s": rate, "examples_per_s": examples_per_s(rate, global_batch_size),
-            "step_time": step_time(np.asarray(step_times, float)[steps >= first]),
-            "wall_time": float(ends[-1] - ends[0])}
+            "step_time": step_time(step_times[counted]), "wall_time": float(ends.max() - ends.min()),
+            "final_loss": loss}
 
 
 def recent_steps_per_s(steps: "np.typing.ArrayLike", times: "np.typing.ArrayLike", window: float = RECENT_S) -> float:
     """The live steps/s: ``steps_per_s`` over the steps that ended in the last ``window``
-    seconds before the newest step's end (NaN for fewer than two such steps)."""
+    seconds before the newest step's end (NaN when too short to measure)."""
     steps, times = np.asarray(steps, dtype=np.int64), np.asarray(times, dtype=float)
     if len(times):  # a step ends at its latest row: rows older than the window end no step in it
         inside = times >= times.max() - window  # (the CLI asks 5 times a second: sort the window only)
         steps, times = steps[inside], times[inside]
     s, ends = step_ends(steps, times)
-    keep = ends >= (ends[-1] - window) if len(ends) else ends.astype(bool)
+    keep = ends >= (ends.max() - window) if len(ends) else ends.astype(bool)
     return steps_per_s(s[keep], ends[keep])
 
 
-def final_loss(steps: "np.typing.ArrayLike", losses: "np.typing.ArrayLike", last: int = 10) -> float:
-    """The mean over the last ``last`` steps of each step's mean loss over its rows."""
-    steps = np.asarray(steps, dtype=np.int64)
-    losses = np.asarray(losses, float)
-    if not len(steps):
-        return float("nan")
-    s, inverse = np.unique(steps, return_inverse=True)
-    per_step = np.bincount(inverse, weights=losses) / np.bincount(inverse)
-    return float(per_step[-last:].mean())
-
-
-def history_figures(history: "object", global_batch_size: int) -> Figures:
-    """``run_figures`` of a ``run.history`` DataFrame (columns step, time, step_time)."""
+def history_figures(history: "object", global_batch_size: int, first_step: int = 1) -> Figures:
+    """``run_figures`` of a ``run.history`` DataFrame (columns step, time, step_time, loss)."""
     h = history
     step_times = h["step_time"].values if "step_time" in h else np.full(len(h), np.nan)
-    return run_figures(h["step"].values, h["time"].values, step_times, global_batch_size)
+    losses = h["loss"].values if "loss" in h else None
+    return run_figures(h["step"].values, h["time"].values, step_times, global_batch_size, losses, first_step)
 
 
-def steady_stretch(history: "object") -> tuple[int, float, int, float]:
+def steady_stretch(history: "object", first_step: int = 1) -> tuple[int, float, int, float]:
     """(first step, its end, last step, its end) of the stretch a ``run.history``'s
-    steps/s counts (``history_figures``): what to measure anything else over, e.g. link
-    counters, so that it covers exactly the steps the figure counts."""
-    s, ends = step_ends(history["step"].values, history["time"].values)
+    steps/s counts (``history_figures``; ``stretch`` says what first and last are): what to
+    measure anything else over, e.g. link counters, so that it covers exactly the steps
+    the figure counts."""
+    h = history[history["step"] >= first_step]
+    s, ends = step_ends(h["step"].values, h["time"].values)
     if not len(s):
         return stretch(s, ends)
-    keep = s >= steady_start(s)
+    keep = steady(ends)
     return stretch(s[keep], ends[keep])
+
+
+def scope(first_step: int) -> str:
+    """What a run's figures cover, as views say it: its whole run, or its newest attempt."""
+    return "whole run" if first_step <= 1 else f"since the resume at step {first_step - 1}"

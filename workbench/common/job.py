@@ -30,6 +30,7 @@ class Job:
     average_every: int = 1  # parameter_averaging: average the replicas every this many steps
     resume: bool = False
     attempt: int = 0  # 0: the run's first launch; each resume adds one (the run id stays)
+    first_step: int = 1  # this attempt's first step: a resume's checkpoint step + 1 (common/figures.py)
     launch: str = ""  # new for every launch (kernel/runs/launch.py): names what its engines build together
     tasks: list = field(default_factory=list)  # roles.Task of every engine in the run
     metrics: tuple = ()  # Keras metric names and FromConfig of Keras metric objects

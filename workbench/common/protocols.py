@@ -47,7 +47,7 @@ class StepRow(TypedDict):
     step_time: float  # seconds
     examples_per_s: float
     replicas: int
-    time: float  # time.time() when it was recorded
+    time: float  # time.time() when it was recorded (parameter server: when the worker's call ended, its clock)
     staleness: NotRequired[int]  # parameter-server steps: updates applied since this one read the step
     # the step's anatomy (train(anatomy=True), common/anatomy.py), seconds and bytes
     input_time: NotRequired[float]  # waiting for its batch

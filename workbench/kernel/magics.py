@@ -87,7 +87,7 @@ def _overview(args, shell):
                           "topology": f"{r['workers']} workers" + (f", {r['ps']} ps" if r["ps"] else ""),
                           "step": f"{r['step']}/{r['steps']}",
                           "loss": None if r["loss"] is None else round(r["loss"], 4),
-                          "steps/s": None if r["steps_per_s"] is None else round(r["steps_per_s"], 1),
+                          "steps/s": _rate(r),
                           "run directory": r["run_dir"]} for r in state["runs"]],
                         columns=["run", "status", "strategy", "topology", "step", "loss", "steps/s", "run directory"])
     print(f"Clusters ({len(clusters)}):" if len(clusters) else "Clusters: none running")
@@ -96,6 +96,15 @@ def _overview(args, shell):
     print(f"Runs ({len(runs)}), newest first:" if len(runs) else f"Runs: none recorded in {state['home']}")
     if len(runs):
         display(_Table(runs))
+
+
+def _rate(run):
+    """A run's steps/s as the table shows it (``common/figures.py``)."""
+    from workbench.common import figures
+
+    if run["steps_per_s"] is not None:
+        return round(run["steps_per_s"], 1)
+    return figures.TOO_SHORT if run["step"] else None
 
 
 class _Table:

@@ -3,6 +3,7 @@ kernel: the JupyterLab panel, ``wb.runs()``, ``wb.history()`` and ``%wb`` read t
 they see runs started from any notebook or the CLI, after their kernel has gone."""
 
 import os
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,14 +26,17 @@ def _alive(pid: int | None) -> bool:
 
 
 class _Tail:
-    """The rows of one metrics file, read incrementally: only what was appended since the
-    last read is parsed."""
+    """The rows of one metrics file of one attempt of a run, read incrementally: only what
+    was appended since the last read is parsed. (A resume rewrites the file, cut back to
+    its checkpoint: the next attempt's rows are read by a new tail, from the start.)"""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, attempt: int):
         self.path = path
+        self.attempt = attempt
         self.offset = 0
-        self.steps = {}  # worker -> (step, loss, time) of its last row
+        self.steps = {}  # worker -> (step, time) of its last row
         self.ends = {}  # step -> its end (the latest time a row of it was written): figures.py
+        self.last = deque(maxlen=figures.LAST_STEPS)  # (worker, step, loss) of its newest rows: the final loss
         self.losses = Sparkline()
 
     def update(self) -> None:
@@ -40,12 +44,13 @@ class _Tail:
         for row in rows:
             if "step" not in row:
                 continue
-            step, t = row["step"], row.get("time", 0.0)
-            self.steps[row.get("worker", "")] = (step, row.get("loss"), t)
+            step, t, worker = row["step"], row.get("time", 0.0), row.get("worker", "")
+            self.steps[worker] = (step, t)
             if t > self.ends.get(step, -1.0):
                 self.ends[step] = t
             if row.get("loss") is not None:
                 self.losses.add(step, row["loss"])
+                self.last.append((worker, step, row["loss"]))
 
 
 class Sparkline:
@@ -116,14 +121,16 @@ class Records:
         if started is None and result is None:
             return None
         record = {**(started or {}), **(result or {})}
+        attempt, first = record.get("attempt", 0), record.get("first_step", 1)
         tails = []
         for path in rd.metrics_files():
-            tail = self._tails.setdefault((str(rd.path), path.name), _Tail(path))
+            key = (str(rd.path), path.name)
+            tail = self._tails.get(key)
+            if tail is None or tail.attempt != attempt:
+                tail = self._tails[key] = _Tail(path, attempt)
             tail.update()
             tails.append(tail)
-        last = [s for t in tails for s in t.steps.values()]
-        step = max((s[0] for s in last), default=0)
-        newest = max(last, key=lambda s: s[2], default=None)
+        step = max((s[0] for t in tails for s in t.steps.values()), default=0)
         status: Status
         if result is not None:
             status = "failed" if result.get("error") else "stopped" if result.get("stopped") else "finished"
@@ -131,7 +138,7 @@ class Records:
             status = "running"
         else:
             status = "lost"  # its kernel died before the run could record an end
-        steps_per_s = self._steps_per_s(str(rd.path), tails, live=status == "running")
+        steps_per_s = self._steps_per_s(str(rd.path), tails, first, live=status == "running")
         spark = Sparkline.of([t.losses for t in tails])
         stride = max(1, -(-len(spark) // SPARK_POINTS))  # at most SPARK_POINTS, over the whole run
         return {
@@ -143,7 +150,7 @@ class Records:
             "ps": record.get("ps"),
             "steps": record.get("steps"),
             "step": record.get("final_step") or step,  # final_step: written when the run ended
-            "loss": newest[1] if newest else None,
+            "loss": self._loss(tails, first),
             "steps_per_s": steps_per_s,
             "sparkline": spark[::stride],
             "error": record.get("error"),
@@ -152,31 +159,39 @@ class Records:
             "tensorboard": rd.tensorboard_dir.is_dir(),
         }
 
-    def _steps_per_s(self, key: str, tails: list[_Tail], live: bool) -> float | None:
+    def _steps_per_s(self, key: str, tails: list[_Tail], first_step: int, live: bool) -> float | None:
         """figures.py's steps/s: over the steps that ended in the last few seconds while the
-        run is live (the newest rows of each file only), else the run's own, after its first
-        fifth of steps (computed again only when a file grew)."""
-        read = (live, tuple(t.offset for t in tails))
+        run is live (the newest rows of each file only), else the run's own: its newest
+        attempt's (steps from ``first_step`` on), after their first fifth (computed again
+        only when a file grew). None when too short to measure."""
+        read = (live, first_step, tuple(t.offset for t in tails))
         cached = self._rates.get(key)
         if cached is not None and cached[0] == read:
             return cached[1]
-        newest = max((row[2] for t in tails for row in t.steps.values()), default=0.0)
+        newest = max((row[1] for t in tails for row in t.steps.values()), default=0.0)
         ends = {}
         for t in tails:
             for step, end in reversed(t.ends.items()) if live else t.ends.items():
                 if live and end < newest - 2 * figures.RECENT_S:
                     break  # a file's rows are in time order: the rest are older
-                if end > ends.get(step, -1.0):
+                if step >= first_step and end > ends.get(step, -1.0):
                     ends[step] = end
-        rate = None
-        if len(ends) >= 2:
-            steps = np.fromiter(sorted(ends), np.int64, len(ends))
-            times = np.array([ends[s] for s in steps.tolist()])
-            keep = times >= newest - figures.RECENT_S if live else steps >= figures.steady_start(steps)
-            value = figures.steps_per_s(steps[keep], times[keep])
-            rate = None if np.isnan(value) else value
+        steps = np.fromiter(ends, np.int64, len(ends))
+        times = np.fromiter(ends.values(), float, len(ends))
+        keep = times >= newest - figures.RECENT_S if live else figures.steady(times)
+        value = figures.steps_per_s(steps[keep], times[keep])
+        rate = None if np.isnan(value) else value
         self._rates[key] = (read, rate)
         return rate
+
+    @staticmethod
+    def _loss(tails: list[_Tail], first_step: int) -> float | None:
+        """figures.py's final loss over the files' newest rows (a worker's newest
+        ``LAST_STEPS`` rows hold its rows of the run's last steps), None before any."""
+        rows = {(w, s): loss for t in tails for w, s, loss in t.last}  # a row written again: the last one
+        steps = np.fromiter((s for _, s in rows), np.int64, len(rows))
+        value = figures.final_loss(steps, np.fromiter(rows.values(), float, len(rows)), first_step)
+        return None if np.isnan(value) else value
 
     def clusters(self) -> list[ClusterRecord]:
         """Clusters whose controller (or, when attached, kernel) is alive."""

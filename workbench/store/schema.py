@@ -28,6 +28,7 @@ class RunRecord(TypedDict):
 
     run_id: str  # the run's id, its directory's name: the same for every attempt
     attempt: NotRequired[int]  # 0 for the first launch, one more for each resume
+    first_step: NotRequired[int]  # this attempt's first step (a resume's checkpoint + 1): figures count from it
     strategy: str
     workers: int
     ps: int

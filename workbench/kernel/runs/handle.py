@@ -102,8 +102,9 @@ class BaseRun:
         all-reduce, ``busy`` seconds per step (wall minus waiting) and ``straggler`` (busy
         more than 20% above the others'). ``workbench.common.anatomy`` says what each share
         includes and how it is measured. ``skip``: first steps left out (default: the first
-        two calls, which trace). Grows while the run trains; empty for ``anatomy=False``."""
-        return self.log.anatomy(self.job.steps, skip)
+        two calls of the run's newest attempt, which trace); empty until a step past them has
+        come. Grows while the run trains; empty for ``anatomy=False``."""
+        return self.log.anatomy(self.job.steps, skip, self.job.first_step)
 
     @property
     def evaluations(self) -> pd.DataFrame:

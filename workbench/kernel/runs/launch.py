@@ -37,6 +37,8 @@ def launch(cluster: Any, job: Any, resume: bool = False, steps: int | None = Non
         run_dir.profile_request_file.unlink(missing_ok=True)
         saved = run_dir.checkpoint_step()
         run_dir.truncate(saved or 0)
+        # its figures count from here (common/figures.py): the pause before it is no training time
+        job = replace(job, first_step=(saved or 0) + 1)
         if saved is None:  # lost before its first checkpoint: it starts again from step 0
             job = replace(job, resume=False)
     for attempt in range(2):
@@ -96,7 +98,7 @@ def _write_record(cluster, job, tasks):
     time (engines that see the file see that time in it)."""
     info = cluster.engine_info
     record: RunRecord = {
-        "run_id": job.run_id, "attempt": job.attempt, "strategy": job.strategy, "workers": job.workers, "ps": job.ps,
+        "run_id": job.run_id, "attempt": job.attempt, "first_step": job.first_step, "strategy": job.strategy, "workers": job.workers, "ps": job.ps,
         "devices": job.devices, "steps": job.steps, "global_batch_size": job.global_batch_size,
         "steps_per_execution": job.steps_per_execution,
         "compression": job.compression, "average_every": job.average_every, "started": time.time(), "notebook": os.environ.get("JPY_SESSION_NAME"), "kernel_pid": os.getpid(),

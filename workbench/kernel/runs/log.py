@@ -216,13 +216,15 @@ class RunLog:
             self._joined = (key, self.links.join(df))
         return self._joined[1]
 
-    def anatomy(self, steps: int, skip: int | None = None) -> pd.DataFrame:
-        """``Run.anatomy``'s table; ``steps``: the run's target, which decides the default skip."""
+    def anatomy(self, steps: int, skip: int | None = None, first_step: int = 1) -> pd.DataFrame:
+        """``Run.anatomy``'s table; ``steps``: the run's target and ``first_step`` its newest
+        attempt's first step, which decide the default skip: that attempt's first two calls
+        (a resume traces again)."""
         from workbench.common import anatomy
 
         spe = self.steps_per_execution
         if skip is None:
-            skip = 2 * spe if steps > 4 * spe else 0
+            skip = first_step - 1 + (2 * spe if steps - first_step + 1 > 4 * spe else 0)
         key = (self._version, None if self.links is None else self.links.count, skip)
         if self._anatomy[0] != key:  # the dashboard asks every second: rebuilt only when rows arrived
             self._anatomy = (key, anatomy.table(self.history, skip=skip))

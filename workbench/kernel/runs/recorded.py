@@ -136,7 +136,8 @@ class RecordedRun(BaseRun):
             workers=started.get("workers"), ps=started.get("ps"), steps=started.get("steps"),
             global_batch_size=started.get("global_batch_size"), devices=started.get("devices", 0),
             steps_per_execution=started.get("steps_per_execution") or 1, attempt=started.get("attempt", 0),
-            compression=started.get("compression"), average_every=started.get("average_every", 1))
+            compression=started.get("compression"), average_every=started.get("average_every", 1),
+            first_step=started.get("first_step", 1))
         tasks = [SimpleNamespace(name=f"{t['role']}:{t['index']}", role=t["role"], index=t["index"],
                                  engine_id=t.get("engine"), host=t.get("host")) for t in started.get("tasks", [])]
         super().__init__(job, tasks, RunLog(started.get("started") or 0.0, job.steps_per_execution))

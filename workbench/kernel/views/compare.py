@@ -4,30 +4,34 @@ strategy."""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workbench.common import figures
-from workbench.kernel.views import render
+from workbench.kernel.views import livestats, render
 from workbench.kernel.views.dashboard import MIME_WIDGET
 
 if TYPE_CHECKING:
     import ipywidgets
+    import pandas as pd
 
     from workbench.kernel.runs.handle import Run
+
+
+# how the table shows each column (``Comparison.table`` keeps the numbers): a NaN rate was too short to measure
+FORMATS = {"final loss": "{:.4f}", "steps/s": "{:,.1f}", "examples/s": "{:,.0f}", "step time (ms)": "{:.2f}",
+           "wall time (s)": "{:,.1f}"}
 
 
 def summary(run: Run, label: str) -> dict[str, Any]:
     h = run.history
     row = {"run": label, "strategy": run.job.strategy, "workers": run.job.workers, "ps": run.job.ps,
            "global batch": run.job.global_batch_size, "steps": run.final_step}
-    if len(h):
-        fig = figures.history_figures(h, run.job.global_batch_size)  # the one definition of each
-        row.update({"final loss": figures.final_loss(h["step"].values, h["loss"].values),
-                    "steps/s": fig["steps_per_s"], "examples/s": fig["examples_per_s"],
+    if len(h):  # the one definition of each, over the run's newest attempt
+        fig = figures.history_figures(h, run.job.global_batch_size, run.job.first_step)
+        row.update({"final loss": fig["final_loss"], "steps/s": fig["steps_per_s"], "examples/s": fig["examples_per_s"],
                     "step time (ms)": fig["step_time"] * 1000, "wall time (s)": fig["wall_time"]})
     for name, value in (run.evaluation or {}).items():
         if name.startswith("test_") and name != "test_loss":
@@ -57,8 +61,22 @@ class Comparison:
                 continue
             glob = h.groupby("step").agg(loss=("loss", "mean"), elapsed=("elapsed", "max"))
             xs = glob.index.values if x == "step" else glob.elapsed.values
-            out.append((label, xs, render.ema(glob.loss.values, 0.6)))
+            out.append((label, xs, livestats.smoothed(glob.loss.values)))  # as the dashboard draws it
         return out
+
+    def shown(self) -> pd.DataFrame:
+        """The table as it is shown: a header row of column names with the runs' labels as
+        a column of their own, each number to the digits it has (``FORMATS``; other floats
+        to 4 significant digits), a rate too short to measure said so."""
+        def cell(column, value):
+            if isinstance(value, float):
+                if value != value:
+                    return figures.TOO_SHORT if column in ("steps/s", "examples/s") else ""
+                return FORMATS.get(column, "{:.4g}").format(value)
+            return value
+
+        table = self.table.reset_index()
+        return table.apply(lambda col: col.map(lambda v: cell(col.name, v)))
 
     @property
     def widget(self) -> ipywidgets.VBox:
@@ -85,7 +103,7 @@ class Comparison:
                                      render.Y_TICKS)
                 fig.add_class("wb-compare-chart")
                 figs.append(W.VBox([fig, W.HTML(legend)]))  # the legend under the chart: never clipped
-            self._widget = W.VBox([W.HBox(figs), W.HTML(self.table.round(4).to_html())])
+            self._widget = W.VBox([W.HBox(figs), W.HTML(self.shown().to_html(index=False))])
             self._widget.add_class("wb-compare")
         return self._widget
 
@@ -94,12 +112,12 @@ class Comparison:
                                                           "loss (smoothed)"), f"loss against {label}")
                          for x, label in (("step", "step"), ("time", "wall time (s)")))
         return (f'<div style="font:12px sans-serif"><div style="display:flex;gap:8px">{charts}</div>'
-                f"{self.table.round(4).to_html()}</div>")
+                f"{self.shown().to_html(index=False)}</div>")
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {MIME_WIDGET: {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id},
                 "text/html": self.static_html(),
-                "text/plain": html.unescape(self.table.round(4).to_string())}
+                "text/plain": self.shown().to_string(index=False)}
 
 
 def compare(*runs: Run, labels: Sequence[str] | None = None) -> Comparison:

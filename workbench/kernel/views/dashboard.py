@@ -28,7 +28,8 @@ STATE_COLORS = {"starting": "#888", "running": "#27c", "serving": "#27c", "done"
 
 
 class Dashboard:
-    def __init__(self, run: Any, interval: float = 0.25, smoothing: float = 0.9, baseline: Any = None) -> None:
+    def __init__(self, run: Any, interval: float = 0.25, smoothing: float = livestats.SMOOTHING,
+                 baseline: Any = None) -> None:
         import bqplot as bq
         import ipywidgets as W
 
@@ -229,7 +230,7 @@ class Dashboard:
                         self.thr_median.x, self.thr_median.y = sx, by["eps_median"][idx]
                 render.set_ticks(self.x_axis, gx.min(), gx.max())  # a few round ticks at any length
                 render.set_ticks(self.thr_fig.axes[0], by["step"].min(), by["step"].max())
-                smooth = livestats.ema(by["loss_mean"], self.smooth.value)[idx]
+                smooth = livestats.smoothed(by["loss_mean"], self.smooth.value)[idx]
                 with self.global_line.hold_sync():
                     self.global_line.x, self.global_line.y = gx, smooth
             if np.isfinite(eps_range).all() and eps_range[1] > eps_range[0]:
@@ -288,7 +289,7 @@ class Dashboard:
         batch = self.run.job.global_batch_size
         if self.run.done:  # the run's own figures: what wb.compare, the CLI and the panel say
             fig = self._run_figures()
-            where = "whole run"
+            where = figures.scope(self.run.job.first_step)
         else:
             fig = {"steps_per_s": recent["steps_per_s"], "step_time": recent["step_time"]}
             fig["examples_per_s"] = figures.examples_per_s(fig["steps_per_s"], batch)
@@ -305,7 +306,7 @@ class Dashboard:
                          + (f" ({util:.0%} of {rates.format_rate(watch.bed.links.get(host))})" if util is not None else
                             " (unshaped)"))
         base = self._baseline()
-        if base:
+        if base and total == total:  # not for NaN: too short to measure
             workers = self.run.job.workers
             parts.append(f"scaling efficiency {figures.scaling_efficiency(total, workers, base):.2f} "
                          f"(vs {workers} × {base:,.0f} examples/s of one worker)")
@@ -315,7 +316,7 @@ class Dashboard:
         return "<span class='wb-throughput-text'>" + " · ".join(parts) + "</span>"
 
     def _run_figures(self):
-        return figures.history_figures(self.run.history, self.run.job.global_batch_size)
+        return figures.history_figures(self.run.history, self.run.job.global_batch_size, self.run.job.first_step)
 
     def _baseline(self):
         b = self.baseline
@@ -324,7 +325,8 @@ class Dashboard:
         if hasattr(b, "history"):  # a run of one worker alone: its examples/s, as compare has it
             if self._base is None or not b.done:  # a finished run's figures do not change
                 h = b.history
-                self._base = figures.history_figures(h, b.job.global_batch_size)["examples_per_s"] if len(h) else None
+                self._base = (figures.history_figures(h, b.job.global_batch_size, b.job.first_step)["examples_per_s"]
+                              if len(h) else None)
             return self._base
         return float(b)
 
@@ -341,7 +343,7 @@ class Dashboard:
         text = f"{state} · step {run.step}/{run.job.steps}"
         stats = self.stats
         if not run.done and stats.rows > 1:
-            rate = stats.max_step / max(stats.max_elapsed, 1e-9)
+            rate = (stats.max_step - run.job.first_step + 1) / max(stats.max_elapsed, 1e-9)  # this attempt's
             if rate > 0:
                 text += f" · ETA {max(run.job.steps - run.step, 0) / rate:,.0f} s"
         for name, value in (run.evaluation or {}).items():

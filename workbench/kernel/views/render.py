@@ -16,20 +16,12 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+from workbench.common import figures
 from workbench.common.rates import format_rate
+from workbench.kernel.views.livestats import smoothed
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 ROLE_COLORS = {"chief": "#fde0c5", "ps": "#d4e6f9", "worker": "#d9f2d0", "local": "#eeeeee"}
-
-
-def ema(values: Sequence[float] | np.ndarray, smoothing: float) -> np.ndarray:
-    """Exponential moving average, as TensorBoard smooths (0: none, 0.99: very smooth)."""
-    out = np.empty(len(values))
-    acc = None
-    for i, v in enumerate(values):
-        acc = v if acc is None else smoothing * acc + (1 - smoothing) * v
-        out[i] = acc
-    return out
 
 
 def thin(n: int, most: int = 1000) -> np.ndarray:
@@ -48,10 +40,21 @@ THROUGHPUT_FORMAT = "~s"  # d3 format of d3's own round ticks: 24k, 1.2M; compac
 def set_ticks(axis: Any, lo: float, hi: float, most: int = X_TICKS) -> None:
     """Give a bqplot ``axis`` at most ``most`` round ticks over [lo, hi] (its scale's data
     range): d3's own choice crowds a 3,000-step axis with 16 labels, and bqplot's
-    ``num_ticks`` spaces them evenly at unround values (74, 151, 227)."""
+    ``num_ticks`` spaces them evenly at unround values (74, 151, 227). Labelled with the
+    decimals they need (``tick_format``), unless the axis has a format of its own."""
     ticks = nice_ticks(float(lo), float(hi), most)
     if len(ticks) >= 2 and list(axis.tick_values if axis.tick_values is not None else []) != ticks:
         axis.tick_values = np.asarray(ticks)
+        if axis.tick_format is None or axis.tick_format.startswith(",."):  # none, or one this chose
+            axis.tick_format = tick_format(ticks)
+
+
+def tick_format(ticks: Sequence[float]) -> str:
+    """The d3 format that shows each of ``ticks`` as it is, with as few decimals as that
+    takes: bqplot's own rounds ticks 2.5 apart to whole numbers (2.5, 7.5 and 12.5 read
+    3, 8 and 13)."""
+    decimals = next((k for k in range(7) if np.allclose(np.round(ticks, k), ticks, rtol=0, atol=1e-9)), 6)
+    return f",.{decimals}f"
 
 
 def compact(value: float) -> str:
@@ -347,17 +350,33 @@ def inside_step_html(run: Any) -> str:
     from workbench.common import anatomy
 
     compression = getattr(run.job, "compression", None)
-    table = run.anatomy()
-    if len(table):
-        return anatomy_html(table, compression=compression)
-    line = bytes_sent_text(anatomy.sent(run.history), compression)
+    history = run.history
+    if anatomy.has_anatomy(history):  # nothing until steps past the skipped first calls (tracing)
+        return anatomy_html(run.anatomy(), compression=compression)
+    line = bytes_sent_text(anatomy.sent(history), compression)
     return f'<div class="wb-anatomy" style="font:12px sans-serif">{line}</div>' if line else ""
 
 
+STEPS_PER_S_TIP = "global steps per second of wall time, time between steps included (common/figures.py)"
+STEP_TIME_TIP = ("the median of one worker's seconds per step as it timed them: around its training call, "
+                 "without the time between calls, so 1 / step time is not steps/s (under a parameter server: "
+                 "from the end of its previous call, its waits for the chief included)")
+
+
 def figures_text(fig: dict, where: str) -> list[str]:
-    """The speed figures (``common/figures.py``) as the dashboard and its snapshot print them."""
-    return [f"<b>{fig['examples_per_s']:,.0f}</b> examples/s", f"{fig['steps_per_s']:,.1f} steps/s",
-            f"step time {fig['step_time'] * 1000:.2f} ms ({where})"]
+    """The speed figures (``common/figures.py``) as the dashboard and its snapshot print
+    them, after what they cover (``where``), each saying what it is: steps/s counts wall
+    time, a worker's step time does not."""
+    if fig["steps_per_s"] == fig["steps_per_s"]:
+        parts = [f"<b>{fig['examples_per_s']:,.0f}</b> examples/s",
+                 f"<span title='{html.escape(STEPS_PER_S_TIP)}'>{fig['steps_per_s']:,.1f} steps/s (wall clock)</span>"]
+    else:  # NaN: too few distinct step ends
+        parts = [f"steps/s {figures.TOO_SHORT}"]
+    if fig["step_time"] == fig["step_time"]:
+        parts.append(f"<span title='{html.escape(STEP_TIME_TIP)}'>step time {fig['step_time'] * 1000:.2f} ms "
+                     "(median, as a worker timed it)</span>")
+    parts[0] = f"{html.escape(where)}: {parts[0]}"
+    return parts
 
 
 def model_html(run: Any) -> str:
@@ -378,12 +397,11 @@ def model_html(run: Any) -> str:
 
 def snapshot_html(run: Any, status: str) -> str:
     """The whole dashboard as static HTML: status, speed figures, loss, throughput, placement."""
-    from workbench.common import figures
-
     h = run.history
     speed = ""
     if len(h) and run.job.global_batch_size:
-        shown = figures_text(figures.history_figures(h, run.job.global_batch_size), "whole run")
+        first = run.job.first_step
+        shown = figures_text(figures.history_figures(h, run.job.global_batch_size, first), figures.scope(first))
         speed = f"<div class='wb-throughput-text'>{' · '.join(shown)}</div>"
     parts = [f'<div style="font:12px sans-serif"><b>workbench run {html.escape(run.id)}</b> · '
              f'{html.escape(status)}{speed}<div style="display:flex;flex-wrap:wrap;gap:8px">']
@@ -395,7 +413,7 @@ def snapshot_html(run: Any, status: str) -> str:
         else:
             series = [(w, g.step.values, g.loss.values) for w, g in h.groupby("worker")]
         glob = h.groupby("step").loss.mean()
-        series.append(("global (smoothed)", glob.index.values, ema(glob.values, 0.9)))
+        series.append(("global (smoothed)", glob.index.values, smoothed(glob.values)))
         ev = run.evaluations
         parts.append(svg_img(line_chart(series, "Loss", "step", "loss", points=[
             ("test accuracy", ev.step.values, ev.test_accuracy.values)] if len(ev) else ()), "loss chart"))
