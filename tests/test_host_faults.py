@@ -11,7 +11,8 @@ import time
 import pytest
 
 import workbench as wb
-from checks import bed_cluster, exposure_warned, wait_for
+from checks import a_lost_host_of_workers_is_replaced_there, bed_cluster, exposure_warned, hosts_of, \
+    stop_once_replaced, wait_for
 
 pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
 
@@ -45,34 +46,6 @@ def start(cluster, strategy, steps=STEPS, **kw):
     return run
 
 
-def hosts_of(run):
-    """{host: [task name, ...]} of a run's tasks."""
-    out = {}
-    for t in run.tasks:
-        out.setdefault(t.host, []).append(t.name)
-    return out
-
-
-def stop_once_replaced(run, lost, timeout):
-    """Wait until the tasks ``lost`` are replaced (a worker_replaced event each) and the run
-    has gone 100 steps further, then stop it: it stopped cleanly, every step reported once.
-    (The runs are long: where engines registered in another order, the host that holds only
-    workers holds one of the two, and the other worker alone outran the loss being noticed,
-    ~4 s by heartbeat, before a short run ended.)"""
-    def replaced():
-        ev = run.events
-        return "task" in ev and set(lost) <= set(ev[ev.kind == "worker_replaced"].task)
-
-    try:
-        wait_for(lambda: replaced() or run.done, timeout, lambda: f"{lost} replaced; events {run.events}")
-        reached = run.step
-        wait_for(lambda: run.step >= reached + 100 or run.done, 120, lambda: f"steps past {reached}: at {run.step}")
-    finally:
-        run.stop()
-    assert run.stopped and run.error is None, f"{run.error}\n{getattr(run.error, 'remote_traceback', '')}"
-    assert sorted(run.history.step) == list(range(1, run.final_step + 1)), "every step reported exactly once"
-
-
 def test_engines_killed_right_before_a_run_are_replaced_on_their_host_and_it_trains(cluster, bed):
     """A host's engines killed just before a run, before the controller's heartbeat notices
     (~4 s): the run's first question to them (does their host see the run directory?)
@@ -96,22 +69,7 @@ def test_engines_killed_right_before_a_run_are_replaced_on_their_host_and_it_tra
 
 def test_a_lost_host_of_parameter_server_workers_is_replaced_there_and_the_run_completes(cluster, bed):
     run = start(cluster, "parameter_server", steps=1_000_000)  # stopped once replaced (stop_once_replaced)
-    placed = hosts_of(run)
-    host = next(h for h, names in placed.items() if all(n.startswith("worker:") for n in names))
-    lost = sorted(placed[host])
-    before = {t.name: t for t in run.tasks}
-    killed = bed.kill_engines(host)
-    assert len(killed) >= len(lost)
-    stop_once_replaced(run, lost, timeout=300)
-    ev = run.events
-    assert sorted(ev[ev.kind == "worker_lost"].task) == lost
-    assert sorted(ev[ev.kind == "worker_replaced"].task) == lost, ev[ev.kind.str.startswith("worker")]
-    for name in lost:  # a fresh engine on the same host and port: the coordinator's address
-        new = next(t for t in run.tasks if t.name == name)
-        assert new.engine_id != before[name].engine_id and new.target == before[name].target
-        assert cluster.engine_info[new.engine_id].host == host
-    injected = ev[ev.kind == "injected"]
-    assert list(injected.fault) == ["kill_engines"] and list(injected.host) == [host]
+    a_lost_host_of_workers_is_replaced_there(cluster, bed, run)
 
 
 def test_the_kill_engines_button_loses_a_hosts_workers_and_the_parameter_server_run_completes(cluster, bed):

@@ -489,6 +489,8 @@ class Cluster:
         try:
             if per_host and len(where) == len(old):
                 self._ipp.start_engines_sync(n=len(old), engines=per_host)
+            elif launchers.is_slurm(self._ipp):  # each on its predecessor's node
+                launchers.start_slurm_engines(self._ipp, [o.host for o in old])
             else:
                 self._ipp.start_engines_sync(n=len(old))
         except Exception as e:

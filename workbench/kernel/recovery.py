@@ -28,6 +28,7 @@ class EngineWatch:
         self.run = run
         self.replace_workers = replace_workers
         self._threads = {}  # task name -> replacement thread
+        self._noted = set()  # (task name, engine id) of workers noted lost: a failed replacement is not retried
         self._last_check = 0.0
         self._recycling = threading.Lock()  # one recycling of this run's engines at a time
 
@@ -42,11 +43,12 @@ class EngineWatch:
         for t in list(self.run.tasks):
             name = t.name
             busy = name in self._threads and self._threads[name].is_alive()
-            if busy or self.run.cluster.pool.alive(t.engine_id):
+            if busy or (name, t.engine_id) in self._noted or self.run.cluster.pool.alive(t.engine_id):
                 continue
             if not (self.replace_workers and t.role == "worker"):
                 return self.lost(t)
             self.run.note("worker_lost", task=name, engine=t.engine_id, step=self.run.step)
+            self._noted.add((name, t.engine_id))
             lost.append(t)
         if lost:
             # the coordinator keeps reconnecting in the background after the run; a later

@@ -179,7 +179,9 @@ class Testbed:
         engines), and the nanny process ipyparallel starts beside each; returns the
         engines' PIDs (as this machine numbers them, and as the engines report them: for
         engines forked by the host's zygote, their launchers' stand-ins), not their
-        nannies'. The host's zygote lives on."""
+        nannies'. The host's zygote lives on, and so does Slurm's ``srun`` on the node
+        that runs a job's batch script: it is no engine of that host but the launcher of
+        every node's tasks, and killing it ended the engines on all hosts."""
         from workbench.kernel import links
 
         self._host(host)
@@ -403,8 +405,11 @@ def _is_engine(pid):
     launcher's stand-in for an engine forked by the host's zygote: the PID the engine
     reports), "forked" (such an engine: a child of the zygote, with its command line),
     "nanny" (the process ipyparallel starts beside each remote engine:
-    ``python -m ipyparallel.engine.nanny``) or None."""
+    ``python -m ipyparallel.engine.nanny``) or None (``srun``, whose command line holds the
+    engine's, included)."""
     cmd = _cmdline(pid)
+    if os.path.basename(cmd.split(b" ", 1)[0]) == b"srun":  # its arguments name the engine it starts
+        return None
     if b"ipyparallel.engine.nanny" in cmd:
         return "nanny"
     if b"workbench.engine.zygote" in cmd:
