@@ -9,11 +9,15 @@ jitter and random loss are **not** emulated, only bandwidth (and links taken dow
 Bytes per link come from the kernel's interface counters, read in the root namespace on
 the host-side veth (``/sys/class/net/<veth>/statistics/{tx,rx}_bytes``): its ``rx`` is
 what the host sent, its ``tx`` what the host received. A run whose tasks live on a bed's
-hosts samples them in a small thread (``LinkWatch``) and joins them into ``run.history``.
+hosts samples them in a small thread (``LinkWatch``), each sample with the link's rate at
+that moment, and joins them into ``run.history``. The samples go to the run directory as
+they are taken (``links.jsonl``): ``wb.load`` reads them back (``recorded``), so a run
+keeps its links, and the rates it saw, after its kernel and its bed are gone.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import threading
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.common.figures import BATCH_GAP  # rows of one worker closer than this were published as one batch
 from workbench.errors import TestbedError, invalid
+from workbench.store import RunDir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,6 +38,7 @@ _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)\s*$", re.IGNOREC
 _MIN, _MAX = 10 ** 5, 100 * 10 ** 9  # 100 kbit .. 100 gbit
 _EXPECTED = 'a rate such as "100mbit" or "1gbit" (units bit, kbit, mbit, gbit; 100kbit to 100gbit), or None for an unshaped link'
 SAMPLE_EVERY = 0.1  # seconds between counter samples while a run trains
+WRITE_EVERY = 1.0  # seconds between appends of the new samples to the run directory
 WINDOW = 1.0  # seconds of traffic that bytes per step and utilisation average over
 # tbf's smallest bucket: twice a GSO packet (64 KiB of payload plus its headers). A packet
 # the bucket cannot hold never leaves: with 64 KiB, lowering 100 to 50 mbit under traffic
@@ -131,62 +137,43 @@ def watch(run: Any) -> LinkWatch | None:
     addresses = {t.target.rsplit(":", 1)[0] for t in run.tasks if t.target}
     for bed in list(_beds):
         if bed.is_open and addresses & set(bed.hosts.values()):
-            w = LinkWatch(bed, run)
+            w = LinkWatch(bed, run, store=RunDir(run.run_dir))
             w.start()
             return w
     return None
 
 
-class LinkWatch:
-    """Samples every link of ``bed`` until ``run`` is done: (time, host, sent, received,
-    rate) rows, from which ``join`` computes bytes per step and utilisation."""
+def recorded(run_dir: str | os.PathLike, samples: LinkSamples | None = None) -> LinkSamples | None:
+    """The link samples a run on a test bed wrote to ``run_dir`` (``LinkWatch``), or None
+    for a run that has none. ``samples``: what an earlier call returned, to which only the
+    samples written since are added."""
+    samples = samples or LinkSamples()
+    rows, samples.offset = RunDir(run_dir).read_links(samples.offset)
+    with samples._lock:
+        for row in rows:
+            if row[1] not in samples._hosts:
+                samples._hosts.append(row[1])
+            samples._samples.append(tuple(row))
+    return samples if samples.count else None
 
-    def __init__(self, bed: Any, run: Any, every: float = SAMPLE_EVERY) -> None:
-        self.bed = bed
-        self._run = weakref.ref(run)
-        self._every = every
+
+class LinkSamples:
+    """Samples of a bed's links, (time, host, sent, received, rate) rows (bytes so far each
+    way; the link's rate then, bits/s, None if unshaped), and what a run's views compute
+    from them: ``join`` bytes per step and utilisation into its history, ``state`` and
+    ``busiest`` each link's use. A live run's are taken by ``LinkWatch``; a recorded run's
+    are read back from its run directory (``recorded``)."""
+
+    def __init__(self) -> None:
+        self.offset = 0  # bytes of the run directory's samples file read so far (``recorded``)
+        self._hosts = []
         self._samples = []  # (time, host, sent, received, rate bits/s or None)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"workbench-links-{run.id}", daemon=True)
-        _watches.add(self)
 
-    def start(self) -> None:
-        self.sample()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(5)
-        _watches.discard(self)
-
-    def sample(self) -> None:
-        now = time.time()
-        rows = []
-        for host in self.bed.hosts:
-            try:
-                sent, received = counters(self.bed.veth(host))
-            except (OSError, ValueError, KeyError):  # the bed is gone
-                continue
-            rows.append((now, host, sent, received, self.bed.links.get(host)))
-        with self._lock:
-            self._samples.extend(rows)
-
-    def note(self, fault: str, host: str, **info: Any) -> None:
-        run = self._run()
-        if run is not None and not run.done:
-            run.note("injected", fault=fault, host=host, step=run.step, **info)
-
-    def _loop(self):
-        while not self._stop.wait(self._every):
-            run = self._run()
-            if run is None or not self.bed.is_open:
-                break
-            self.sample()
-            if run.done:
-                break
-        _watches.discard(self)
+    @property
+    def hosts(self) -> list[str]:
+        """The hosts sampled, in the order first seen."""
+        return self._hosts
 
     @property
     def count(self) -> int:
@@ -206,7 +193,7 @@ class LinkWatch:
                 i = len(self._samples)
                 while i > 0 and self._samples[i - 1][0] >= since:
                     i -= 1
-                rows = self._samples[max(i - len(self.bed.hosts), 0):]
+                rows = self._samples[max(i - len(self.hosts), 0):]
         df = pd.DataFrame(rows, columns=["time", "host", "sent", "received", "rate"])
         for col in ("sent", "received"):
             df[col] = df[col] - df.groupby("host")[col].transform("first")
@@ -281,6 +268,81 @@ class LinkWatch:
         """(host, utilisation or None, bytes/s) of the link that moved most in the last
         ``window`` seconds, or None before two samples."""
         return busiest(self.state(window))
+
+
+class LinkWatch(LinkSamples):
+    """Samples every link of ``bed`` until ``run`` is done, appending them to ``store``'s
+    samples file (a ``RunDir``) as it goes, and notes the faults injected on the bed in the
+    run's events."""
+
+    def __init__(self, bed: Any, run: Any, every: float = SAMPLE_EVERY, store: RunDir | None = None) -> None:
+        super().__init__()
+        self.bed = bed
+        self._run = weakref.ref(run)
+        self._every = every
+        self._store = store
+        self._written = (0, 0.0)  # (samples written to the store, when)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"workbench-links-{run.id}", daemon=True)
+        _watches.add(self)
+
+    @property
+    def hosts(self) -> list[str]:
+        """The bed's hosts."""
+        return list(self.bed.hosts)
+
+    def start(self) -> None:
+        self.sample()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(5)
+        _watches.discard(self)
+        self.write()
+
+    def write(self) -> None:
+        """Append the samples taken since the last write to the run directory (if any)."""
+        if self._store is None:
+            return
+        with self._lock:
+            done = self._written[0]
+            new = self._samples[done:]
+            self._written = (done + len(new), time.monotonic())
+        try:
+            self._store.append_links(new)
+        except OSError:  # a full or vanished disk: the live run keeps its samples
+            pass
+
+    def sample(self) -> None:
+        now = time.time()
+        rows = []
+        for host in self.bed.hosts:
+            try:
+                sent, received = counters(self.bed.veth(host))
+            except (OSError, ValueError, KeyError):  # the bed is gone
+                continue
+            rows.append((now, host, sent, received, self.bed.links.get(host)))
+        with self._lock:
+            self._samples.extend(rows)
+
+    def note(self, fault: str, host: str, **info: Any) -> None:
+        run = self._run()
+        if run is not None and not run.done:
+            run.note("injected", fault=fault, host=host, step=run.step, **info)
+
+    def _loop(self):
+        while not self._stop.wait(self._every):
+            run = self._run()
+            if run is None or not self.bed.is_open:
+                break
+            self.sample()
+            if time.monotonic() - self._written[1] >= WRITE_EVERY:
+                self.write()
+            if run.done:
+                break
+        _watches.discard(self)
 
 
 def busiest(state: dict[str, dict[str, Any]]) -> tuple[str, float | None, float] | None:

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from workbench.errors import RunStopped, invalid
-from workbench.kernel import reattach
+from workbench.kernel import links, reattach
 from workbench.kernel.run import Run
 from workbench.store import Home, Records, RunDir
 
@@ -95,6 +95,7 @@ class RecordedRun(Run):
     def refresh(self) -> "RecordedRun":
         """Read the rows, events and outcome written since the last read."""
         self._merge(RunDir(self.run_dir).read_metrics(self._offsets))
+        self._links = links.recorded(self.run_dir, self._links)  # a run on a test bed: its links' samples
         if self._rows:  # a resumed run's run.json says when the last attempt started
             self._started = min(self._started or float("inf"), min(r["time"] for r in self._rows.values()))
         self._record = self._book.run(self.run_dir) or {}

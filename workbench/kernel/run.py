@@ -645,6 +645,11 @@ class Run:
         event = cast(Event, dict(info, kind=kind, time=time.time()))  # the keys ``kind``'s protocol names
         with self._lock:
             self._events.append(event)
+            self._seen_events.add(_event_key(event))  # read back from its file (a re-attached run's tail): once
+        try:  # with the run's own events, for wb.load and the next kernel
+            RunDir(self.run_dir).append_kernel_event(event)
+        except (OSError, TypeError, ValueError):  # a full disk, a value JSON cannot hold: kept in memory only
+            pass
 
     def swap_task(self, old: Any, new: Any, ar: Any) -> None:
         """A replacement engine took over ``old``'s task; its result is collected afresh."""
