@@ -293,7 +293,7 @@ class Dashboard:
         if busiest:  # a run across test-bed hosts: the link that moves most
             host, util, rate = busiest
             parts.append(f"busiest link {html.escape(host)} {rate * 8 / 1e6:,.1f} Mbit/s"
-                         + (f" ({util:.0%} of {links.format_rate(watch.bed.links.get(host))})" if util is not None else
+                         + (f" ({util:.0%} of {links.format_rate(link_state[host]['rate'])})" if util is not None else
                             " (unshaped)"))
         base = self._baseline()
         if base:
