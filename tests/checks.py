@@ -83,3 +83,57 @@ def recorded_run(path, rows, result=None, **record):
     if result is not None:
         store.write_json(run_dir / "result.json", {"error": None, "stopped": False, "evaluation": None, **result})
     return run_dir
+
+
+def hosts_of(run):
+    """{host: [task name, ...]} of a run's tasks."""
+    out = {}
+    for t in run.tasks:
+        out.setdefault(t.host, []).append(t.name)
+    return out
+
+
+def stop_once_replaced(run, lost, timeout):
+    """Wait until the tasks ``lost`` are replaced (a worker_replaced event each) and the run
+    has gone 100 steps further, then stop it: it stopped cleanly, every step reported once.
+    (The runs are long: where engines registered in another order, the host that holds only
+    workers holds one of the two, and the other worker alone outran the loss being noticed,
+    ~4 s by heartbeat, before a short run ended.)"""
+    def replaced():
+        ev = run.events
+        return "task" in ev and set(lost) <= set(ev[ev.kind == "worker_replaced"].task)
+
+    try:
+        wait_for(lambda: replaced() or run.done, timeout, lambda: f"{lost} replaced; events {run.events}")
+        reached = run.step
+        wait_for(lambda: run.step >= reached + 100 or run.done, 120, lambda: f"steps past {reached}: at {run.step}")
+    finally:
+        run.stop()
+    assert run.stopped and run.error is None, f"{run.error}\n{getattr(run.error, 'remote_traceback', '')}"
+    assert sorted(run.history.step) == list(range(1, run.final_step + 1)), "every step reported exactly once"
+
+
+def a_lost_host_of_workers_is_replaced_there(cluster, bed, run, timeout=300):
+    """``run``, a live parameter-server run, loses every engine of the host that holds only
+    its workers (``bed.kill_engines``): each of those workers is noted lost once and
+    replaced once, by a fresh engine on that host at the same address and port (the ones
+    the coordinator dials); the kill is the run's one injected fault; the run goes on and
+    stops cleanly, every step reported once (``stop_once_replaced``). Returns the host and
+    the PIDs killed. The same for every launcher (SSH, Slurm)."""
+    placed = hosts_of(run)
+    host = next(h for h, names in placed.items() if all(n.startswith("worker:") for n in names))
+    lost = sorted(placed[host])
+    before = {t.name: t for t in run.tasks}
+    killed = bed.kill_engines(host)
+    assert len(killed) >= len(lost)
+    stop_once_replaced(run, lost, timeout=timeout)
+    ev = run.events
+    assert sorted(ev[ev.kind == "worker_lost"].task) == lost
+    assert sorted(ev[ev.kind == "worker_replaced"].task) == lost, ev[ev.kind.str.startswith("worker")]
+    for name in lost:  # a fresh engine on the same host and port: the coordinator's address
+        new = next(t for t in run.tasks if t.name == name)
+        assert new.engine_id != before[name].engine_id and new.target == before[name].target
+        assert cluster.engine_info[new.engine_id].host == host
+    injected = ev[ev.kind == "injected"]
+    assert list(injected.fault) == ["kill_engines"] and list(injected.host) == [host]
+    return host, killed

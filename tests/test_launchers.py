@@ -1,16 +1,19 @@
 """ipyparallel's MPI and Slurm launchers running workbench engines, on this machine and
 across emulated hosts (``wb.testbed(slurm=True)``: a real slurmctld and a slurmd per host):
-both strategies train, an MPI job is restarted whole when engines must be recycled, and
-``stop()`` ends the mpiexec job / cancels the Slurm job with nothing left behind. And the
-bed's cluster with ipyparallel's CurveZMQ encryption on."""
+both strategies train, an MPI job is restarted whole when engines must be recycled, a
+parameter-server run on Slurm survives the loss of a host's engines (replaced on that
+node), and ``stop()`` ends the mpiexec job / cancels the Slurm jobs with nothing left
+behind. And the bed's cluster with ipyparallel's CurveZMQ encryption on."""
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
 
 import workbench as wb
+from checks import a_lost_host_of_workers_is_replaced_there, wait_for
 from workbench.kernel.engines.processes import alive
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -26,11 +29,11 @@ def mpiexec_pids(cluster):
 
 def train_both(cluster, hosts):
     """MWMS over 2 workers, then PSS (chief, 1 PS, 2 workers or 1): every step once, the
-    tasks on the hosts asked for."""
+    tasks on the hosts asked for, MWMS's workers on two of them where there are two."""
     mwms = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, **ARGS).wait(timeout=120)
     assert mwms.history.groupby("worker").step.max().tolist() == [50, 50]
     tasks = mwms.placement[mwms.placement.variable.isna()]
-    assert sorted(tasks.host) == sorted(hosts[:2])
+    assert set(tasks.host) <= set(hosts) and len(set(tasks.host)) == min(2, len(set(hosts)))
     workers = 2 if len(cluster.engine_info) >= 4 else 1
     pss = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=workers, ps=1, steps_per_execution=5,
                         **ARGS).wait(timeout=120)
@@ -75,14 +78,12 @@ def test_mpi_refuses_to_restart_its_job_under_a_running_run():
 
 @pytest.fixture(scope="module")
 def bed():
-    with wb.testbed(hosts=2, slurm=True) as b:
+    with wb.testbed(hosts=3, slurm=True) as b:  # 3: a parameter-server run has a host of workers only
         yield b
 
 
 def in_bed(bed):
     """PIDs of processes in the bed's host namespaces that are not its daemons."""
-    import subprocess
-
     daemons = {p.pid for p in [*bed._sshd.values(), *bed._slurm_procs.values()]}
     out = set()
     for host in bed.hosts:
@@ -103,7 +104,7 @@ def _cmdline(pid):
 @pytest.mark.hosts
 def test_mpi_across_two_hosts_trains_both_strategies_and_stop_ends_the_job(bed):
     started = time.monotonic()
-    cluster = wb.Cluster(**bed.mpi_cluster(2), timeout=90)
+    cluster = wb.Cluster(**bed.mpi_cluster({"h1": 2, "h2": 2}), timeout=90)
     with pytest.warns(UserWarning, match="TensorFlow's gRPC servers"):
         cluster.start()
     try:
@@ -124,7 +125,14 @@ def test_mpi_across_two_hosts_trains_both_strategies_and_stop_ends_the_job(bed):
 
 
 @pytest.mark.hosts
-def test_slurm_across_two_hosts_trains_both_strategies_and_stop_cancels_the_job(bed):
+def test_slurm_across_three_hosts_trains_both_strategies_survives_a_lost_host_and_stop_cancels_the_jobs(bed):
+    """The engines are the tasks of one job on the 3 nodes. The engines of the job's first
+    node are killed between runs (Slurm's ``srun``, which holds every node's tasks, lives on
+    there): the other nodes' engines run on, and the next run replaces the lost ones on
+    their node. Then every engine of the host that holds only a parameter-server run's
+    workers is killed mid-run: the lost worker is replaced on its node and the run
+    completes, as on the SSH bed (``tests/test_host_faults.py``). ``stop()`` then cancels
+    every job, the replacements' too."""
     started = time.monotonic()
     cluster = wb.Cluster(**bed.slurm_cluster(2), timeout=90)
     with pytest.warns(UserWarning, match="TensorFlow's gRPC servers"):
@@ -133,17 +141,36 @@ def test_slurm_across_two_hosts_trains_both_strategies_and_stop_cancels_the_job(
         up = time.monotonic() - started
         assert len(bed.squeue()) == 1 and " RUNNING " in bed.squeue()[0]
         table = cluster.engines
-        assert sorted(table.host) == ["h1", "h1", "h2", "h2"]
+        assert sorted(table.host) == ["h1", "h1", "h2", "h2", "h3", "h3"]
         assert all(row.address == bed.hosts[row.host] for row in table.itertuples())
         assert not cluster.launched.pids - {cluster.launched.ipp.controller.pid}  # node PIDs are never killed from here
         batch = next(iter(cluster.launched.ipp.engines.values())).batch_file  # in the profile, not the working directory
         assert batch.startswith(cluster.launched.ipp.profile_dir) and os.path.exists(batch)
-        train_both(cluster, ["h1", "h2"])
+        train_both(cluster, ["h1", "h2", "h3"])
+        # the node that runs the first job's batch script, and its srun for every node's tasks
+        job = next(iter(cluster.launched.ipp.engines.values())).job_id
+        first = subprocess.run(["squeue", "-h", "-j", job, "-o", "%B"], capture_output=True, text=True, check=True,
+                               env=dict(os.environ, SLURM_CONF=bed.slurm_conf)).stdout.strip()
+        engines = {e: info for e, info in cluster.engine_info.items()}
+        gone = {e for e, info in engines.items() if info.host == first}
+        assert sorted(bed.kill_engines(first)) == sorted(engines[e].pid for e in gone), "its engines, not srun"
+        wait_for(lambda: not gone & set(cluster.client.ids), 30, lambda: f"{gone} unregistered: {cluster.client.ids}")
+        assert set(engines) - gone <= set(cluster.client.ids), "the other nodes' engines live on"
+        run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=2, ps=1, global_batch_size=64,
+                            steps=1_000_000, checkpoint_every=0)  # stopped once replaced
+        wait_for(lambda: run.step >= 100 or run.done, 120, lambda: f"step 100; at {run.step}")
+        assert sorted(cluster.engines.host) == sorted(table.host), "each replacement on its predecessor's node"
+        engines = {info.pid: info.host for info in cluster.engine_info.values()}
+        host, killed = a_lost_host_of_workers_is_replaced_there(cluster, bed, run)
+        assert sorted(killed) == sorted(p for p, h in engines.items() if h == host), "the host's engines, no more"
+        assert sorted(cluster.engines.host) == sorted(table.host)
+        print(f"Slurm: {host}'s engines {killed} killed; replaced there, the run stopped at step {run.final_step}; "
+              f"jobs {bed.squeue()}")
     finally:
         t = time.monotonic()
         cluster.stop()
         down = time.monotonic() - t
-    print(f"Slurm, 2 hosts x 2 engines: start {up:.1f} s, stop {down:.1f} s")
+    print(f"Slurm, 3 hosts x 2 engines: start {up:.1f} s, stop {down:.1f} s")
     assert bed.squeue() == [] and not os.path.exists(batch)
     assert not in_bed(bed), "processes left on the hosts after stop(): " + str({p: _cmdline(p) for p in in_bed(bed)})
 
@@ -161,7 +188,7 @@ def test_curve_encrypted_cluster_across_hosts_trains(bed, monkeypatch):
         security = cluster.launched.ipp.profile_dir + "/security"
         engine_file = json.load(open(os.path.join(security, f"ipcontroller-{cluster.launched.ipp.cluster_id}-engine.json")))
         assert engine_file["curve_serverkey"] == info["curve_serverkey"]
-        assert sorted(cluster.engines.host) == ["h1", "h2"]
+        assert sorted(cluster.engines.host) == ["h1", "h2", "h3"]
         run = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, **ARGS).wait(timeout=120)
         assert run.history.groupby("worker").step.max().tolist() == [50, 50]
     finally:

@@ -1,13 +1,16 @@
 """Runs across test-bed hosts see their links: bytes each host sent and received per
 step and each link's utilisation in ``run.history``, the busiest link on the dashboard,
-and faults injected from the notebook recorded in the run's events."""
+and faults injected from the notebook recorded in the run's events; all of it kept in the
+run directory, so ``wb.load`` reads it back, with the rates the run saw."""
 
 import time
 
+import numpy as np
 import pytest
 
 import workbench as wb
 from checks import bed_cluster, exposure_warned
+from workbench.kernel.runs.recorded import RecordedRun
 
 pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
 
@@ -45,8 +48,14 @@ def test_history_has_each_hosts_bytes_per_step_and_link_utilisation(cluster, bed
         # a ring of 2 sends each worker's half of the gradients and receives the other half, twice
         assert 0.8 <= sent / model_bytes <= 2 and 0.8 <= received / model_bytes <= 2
         assert 0 < util <= 1.1
-    text = run.dashboard().thr_text.value  # drawn when the dashboard is made
-    assert "busiest link h" in text
+    for host in bed.hosts:  # a later cell reshapes the links: the run's views keep the rates it saw
+        bed.set_link(host, "20mbit")
+    try:
+        text = run.dashboard().thr_text.value  # drawn when the dashboard is made
+    finally:
+        for host in bed.hosts:
+            bed.set_link(host, "100mbit")
+    assert "busiest link h" in text and "of 100mbit" in text and "20mbit" not in text, text
     # the placement picture: both hosts' links at their rate and use over the run, the busiest in red
     from workbench.kernel.views import render
 
@@ -55,6 +64,15 @@ def test_history_has_each_hosts_bytes_per_step_and_link_utilisation(cluster, bed
     print({host: f"{s['util']:.2f}" for host, s in state.items()})
     assert set(state) == set(bed.hosts) and all(0.05 < s["util"] <= 1.1 for s in state.values())
     assert svg.count("link 100mbit") == 2 and svg.count("wb-busiest") == 1 and svg.count("% used") == 2
+    # what the run recorded outlives its kernel: read back from its run directory (as wb.load
+    # does in another kernel; in this one it returns the live run), the same bytes and
+    # utilisation per step, and the same picture of its links
+    loaded = RecordedRun(run.run_dir)
+    columns = [c for c in h.columns if c.startswith("link_")]
+    assert len(columns) == 3 * len(bed.hosts) and [c for c in loaded.history.columns if c.startswith("link_")] == columns
+    assert loaded.history[["step", "worker"]].values.tolist() == h[["step", "worker"]].values.tolist()
+    np.testing.assert_allclose(loaded.history[columns].to_numpy(float), h[columns].to_numpy(float), rtol=1e-9)
+    assert render.svgs_in(loaded.dashboard().html)[-1] == svg
 
 
 def test_a_link_slowed_while_a_run_trains_is_an_event_and_fills_up(cluster, bed):
@@ -69,6 +87,9 @@ def test_a_link_slowed_while_a_run_trains_is_an_event_and_fills_up(cluster, bed)
     injected = ev[ev.kind == "injected"]
     assert list(injected.fault) == ["set_link", "set_link"] and list(injected.host) == ["h2", "h2"]
     assert list(injected.rate) == ["50mbit", "100mbit"] and (injected.step >= 20).all()
+    recorded = RecordedRun(run.run_dir).events  # the kernel's events outlive it, with the run's own
+    kept, fields = recorded[recorded.kind == "injected"], ["fault", "host", "rate", "step", "time"]
+    assert len(kept) == 2 and kept[fields].to_dict("records") == injected[fields].to_dict("records"), recorded
     h = run.history
     slow = h[(h.time > injected.time.iloc[0] + 1.2) & (h.time < injected.time.iloc[1])]
     print(f"h2 at 50 mbit: utilisation {slow.link_util_h2.median():.2f}, {slow.link_tx_bytes_h2.median():,.0f} B "

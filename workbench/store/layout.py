@@ -85,13 +85,19 @@ class Home:
         return path
 
 
+KERNEL = "kernel"  # metrics/kernel.jsonl: the events of the kernel that watched the run
+
+
 class RunDir:
     """One run directory: ``run.json`` (``RunRecord``, written at launch), ``job.pkl`` (the
     cloudpickled job, so that any kernel can resume it), ``metrics/<task>.jsonl`` (a row per
-    step and worker, and events), ``checkpoints/``, ``tensorboard/``, ``STOP`` (asks every
-    task to stop at its next agreed step), and once the run has ended ``result.json``
-    (``ResultRecord``) and ``weights.npz``. Whole files are written atomically; the metrics
-    files are appended to, a line at a time, by their task alone."""
+    step and worker, and events), ``metrics/kernel.jsonl`` (the events the kernel watching
+    the run noted: workers lost and replaced, faults injected on a test bed),
+    ``links.jsonl`` (a run on a test bed: its links' samples), ``checkpoints/``,
+    ``tensorboard/``, ``STOP`` (asks every task to stop at its next agreed step), and once
+    the run has ended ``result.json`` (``ResultRecord``) and ``weights.npz``. Whole files
+    are written atomically; the metrics files are appended to, a line at a time, by their
+    task (or kernel) alone."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
@@ -302,6 +308,29 @@ class RunDir:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a") as f:
             f.write("".join([json.dumps(r) + "\n" for r in rows] + [json.dumps({"event": e}) + "\n" for e in events]))
+
+    def append_kernel_event(self, event: Any) -> None:
+        """Append an event the kernel watching the run noted to ``metrics/kernel.jsonl``,
+        where ``read_metrics`` reads it back with the tasks' own (``wb.load``, a kernel
+        that re-attaches the run)."""
+        self.append_metrics(KERNEL, [], [event])
+
+    @property
+    def links_file(self) -> Path:
+        return self.path / "links.jsonl"
+
+    def append_links(self, samples: list[Any]) -> None:
+        """Append link samples of a run on a test bed (``kernel/links.py``'s rows: time,
+        host, bytes sent, bytes received, rate), a line each."""
+        import json
+
+        if samples:
+            with open(self.links_file, "a") as f:
+                f.write("".join(json.dumps(list(s)) + "\n" for s in samples))
+
+    def read_links(self, offset: int = 0) -> tuple[list[Any], int]:
+        """The link samples appended since byte ``offset``, and the offset to read from next."""
+        return files.read_lines(self.links_file, offset)
 
     def read_by(self, task: str) -> list[str]:
         """What task ``task`` reads here when it starts (relative paths): the checkpoints a

@@ -22,22 +22,19 @@ def answer(target: str, timeout: float = 2.0) -> str:
         return "silent"
 
 
-def unreachable(targets: Sequence[str], timeout: float = 2.0) -> list[str]:
-    """The ``"address:port"`` targets that refuse or ignore a TCP connection from here."""
+def answers(targets: Sequence[str], timeout: float = 2.0) -> dict[str, str]:
+    """``answer`` for each ``"address:port"`` target, asked all at once: {target: answer}."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def down(target):
-        host, port = target.rsplit(":", 1)
-        try:
-            socket.create_connection((host, int(port)), timeout=timeout).close()
-            return False
-        except OSError:
-            return True
-
     if not targets:
-        return []
+        return {}
     with ThreadPoolExecutor(min(len(targets), 16)) as pool:
-        return [t for t, d in zip(targets, pool.map(down, targets)) if d]
+        return dict(zip(targets, pool.map(lambda t: answer(t, timeout), targets)))
+
+
+def unreachable(targets: Sequence[str], timeout: float = 2.0) -> list[str]:
+    """The ``"address:port"`` targets that refuse or ignore a TCP connection from here."""
+    return [t for t, a in answers(targets, timeout).items() if a != "open"]
 
 
 def crashed_in_profiler(output: str) -> bool:

@@ -293,18 +293,23 @@ class EnginePool:
 
     def heal(self, reachable_only: bool = False) -> None:
         """Replace engines that died or hold unusable TF state. ``reachable_only``: leave
-        out engines gone from hosts this machine cannot reach (cut off the network: a
-        replacement there cannot start); they are replaced on the cluster's next use."""
+        out engines on hosts this machine cannot reach (cut off the network: a replacement
+        there cannot start, and trying took 40 s of SSH timeouts); they are replaced on the
+        cluster's next use. Those are the remote engines whose TF port is silent, whether
+        or not the controller has dropped them yet (a run names a peer it cannot reach
+        sooner than the heartbeat drops its engine)."""
         if self.client is None:
             return
         bad = [e for e, info in self._info.items()
                if not self.state(e).usable or e not in self.client.ids
                or (self._is_local(info) and not alive(info.pid))]
         if reachable_only:
-            from workbench.kernel.engines.health import answer
+            from workbench.kernel.engines.health import answers
 
-            bad = [e for e in bad if e in self.client.ids or self._is_local(self._info[e])
-                   or answer(f"{self._info[e].address}:{self._info[e].port}", timeout=1.0) != "silent"]
+            targets = {e: f"{self._info[e].address}:{self._info[e].port}" for e in bad
+                       if not self._is_local(self._info[e])}
+            heard = answers(list(targets.values()), timeout=1.0)
+            bad = [e for e in bad if heard.get(targets.get(e)) != "silent"]
         if bad:
             self.recycle(bad)
 

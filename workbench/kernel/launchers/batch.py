@@ -9,6 +9,9 @@ what the kernel does differently with their engines.
   takes its ranks on every host down), never rank by rank.
 - **Slurm** (``launcher="slurm"``): the engines are the tasks of one ``sbatch`` job
   (``srun``); their PIDs are the nodes', never killed from here: ``stop()`` cancels the job.
+  A task that dies leaves the others running (Slurm ends a step for a dead task only with
+  ``--kill-on-bad-exit``); replacements are tasks of new jobs, each on its predecessor's
+  node (``start_slurm_engines``).
 """
 
 from __future__ import annotations
@@ -144,6 +147,30 @@ def restart_mpi(ipp: ipyparallel.Cluster, client: ipyparallel.Client, old_ids: C
     ipp.start_engines_sync(n=n)
     wait_until(lambda: len(client.ids) >= n, timeout,
                lambda: f"{n} engines of the new mpiexec job; registered: {client.ids}")
+
+
+def is_slurm(ipp_cluster: ipyparallel.Cluster | None) -> bool:
+    if ipp_cluster is None:
+        return False
+    from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
+
+    return any(isinstance(s, SlurmEngineSetLauncher) for s in ipp_cluster.engines.values())
+
+
+def start_slurm_engines(ipp_cluster: ipyparallel.Cluster, hosts: Iterable[str]) -> None:
+    """Recycling on a Slurm cluster: an engine for each of ``hosts`` (its predecessor's,
+    as the engine reported it), each host's a job of its own pinned to that node
+    (``sbatch --nodelist``). A job left to Slurm's choice lands on any node (on the bed: h1
+    for a worker of h3), where a parameter-server worker's replacement would listen on an
+    address other than the one its peers dial."""
+    from collections import Counter
+
+    from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
+
+    first = next(s for s in ipp_cluster.engines.values() if isinstance(s, SlurmEngineSetLauncher))
+    submit = [a for a in first.submit_command if not a.startswith("--nodelist=")]
+    for host, n in Counter(hosts).items():
+        ipp_cluster.start_engines_sync(n=n, submit_command=[*submit, f"--nodelist={host}"])
 
 
 def end_slurm_jobs(ipp_cluster: ipyparallel.Cluster, deadline: float = 30.0) -> list[str]:

@@ -201,6 +201,8 @@ class Launched:
         try:
             if per_host and len(where) == len(old):
                 self.ipp.start_engines_sync(n=len(old), engines=per_host)
+            elif batch.is_slurm(self.ipp):  # each on its predecessor's node
+                batch.start_slurm_engines(self.ipp, [o.host for o in old])
             else:
                 self.ipp.start_engines_sync(n=len(old))
         except Exception as e:

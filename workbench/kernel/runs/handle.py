@@ -144,8 +144,13 @@ class BaseRun:
 
     def note(self, kind: EventKind, **info: Any) -> None:
         """Record an event the kernel observed (a worker lost, a replacement started, a
-        fault injected on a test bed): a ``TaskEvent`` or a ``FaultEvent``."""
-        self.log.note(kind, **info)
+        fault injected on a test bed): a ``TaskEvent`` or a ``FaultEvent``, kept with the run's
+        own events in its directory (``metrics/kernel.jsonl``) for ``wb.load`` and the next kernel."""
+        event = self.log.note(kind, **info)
+        try:
+            RunDir(self.run_dir).append_kernel_event(event)
+        except (OSError, TypeError, ValueError):  # a full disk, a value JSON cannot hold: kept in memory only
+            pass
 
 
 class Run(BaseRun):

@@ -105,6 +105,7 @@ class RunLog:
         event = cast(Event, dict(info, kind=kind, time=time.time()))  # the keys ``kind``'s protocol names
         with self._lock:
             self._events.append(event)
+            self._seen_events.add(event_key(event))  # read back from its file (a re-attached run's tail): once
         return event
 
     def restart_source(self, source: str) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from workbench.common.linksamples import LinkSamples
 from workbench.errors import RunStopped, RunTimeout, invalid
 from workbench.kernel.engines import live
 from workbench.kernel.runs.handle import BaseRun, Run
@@ -150,6 +151,7 @@ class RecordedRun(BaseRun):
     def refresh(self) -> "RecordedRun":
         """Read the rows, events and outcome written since the last read."""
         self.log.merge(RunDir(self.run_dir).read_metrics(self._offsets))
+        self.log.links = _links(self.run_dir, self.log.links)  # a run on a test bed: its links' samples
         first = self.log.first_time()
         if first is not None:  # a resumed run's run.json says when the last attempt started
             self.log.started = min(self.log.started or float("inf"), first)
@@ -264,6 +266,16 @@ class RecordedRun(BaseRun):
         state = self.status + (f": {self.error}" if self.error else "")
         return (f"<workbench.Run {self.id} {self.job.strategy} workers={self.job.workers} ps={self.job.ps} "
                 f"{state}, step {self.final_step}/{self.job.steps}, recorded in {self.run_dir}>")
+
+
+def _links(run_dir: Path, samples: LinkSamples | None) -> LinkSamples | None:
+    """The link samples a run on a test bed wrote to its directory (``links.jsonl``), or
+    None for a run that has none; ``samples``: what an earlier call returned, to which only
+    the samples written since are added."""
+    samples = samples or LinkSamples()
+    rows, samples.offset = RunDir(run_dir).read_links(samples.offset)
+    samples.add(rows)
+    return samples if samples.count else None
 
 
 def _read_weights(path):

@@ -6,7 +6,11 @@ worker's steps on the others and keeps dialling the lost address. The workbench 
 something to find: a fresh engine on the same port, running the same worker task (its
 TF server), started in the background while the run goes on. A lost PS task, chief or
 synchronous worker ends the run: the watcher names it at once (by PID for local engines)
-instead of leaving the survivors to time out.
+instead of leaving the survivors to time out. A synchronous run that makes no step for
+``QUIET`` seconds has its peers on other hosts asked directly: one whose TF server no
+longer answers from here is named then, whatever the controller's heartbeat (which drops
+such an engine after ~4 s on the workbench's own clusters, ~30 s with ipyparallel's
+defaults, as an attached ``ipcluster`` has them).
 """
 
 import threading
@@ -16,7 +20,9 @@ from typing import Any
 from workbench.common.payload import dumps
 from workbench.engine import entry
 from workbench.errors import EngineError, ProfilerCrashed, RunStalled
-from workbench.kernel.engines.health import answer, crashed_in_profiler, unreachable
+from workbench.kernel.engines.health import answer, answers, crashed_in_profiler, unreachable
+
+QUIET = 2.0  # s without a step before a synchronous run's peers on other hosts are asked (each at most once a QUIET)
 
 
 class EngineWatch:
@@ -27,8 +33,10 @@ class EngineWatch:
         self.run = run
         self.replace_workers = replace_workers
         self._threads = {}  # task name -> replacement thread
+        self._noted = set()  # (task name, engine id) of workers noted lost: a failed replacement is not retried
         self._last_check = 0.0
         self._recycling = threading.Lock()  # one recycling of this run's engines at a time
+        self._quiet = (-1, 0.0, 0.0)  # (the step last seen, since when, last asked)
 
     def check(self, every: float = 0.25) -> EngineError | None:
         """Called from the run's watcher. Starts replacing lost PS workers; returns an
@@ -41,11 +49,12 @@ class EngineWatch:
         for t in list(self.run.tasks):
             name = t.name
             busy = name in self._threads and self._threads[name].is_alive()
-            if busy or self.run.cluster.pool.alive(t.engine_id):
+            if busy or (name, t.engine_id) in self._noted or self.run.cluster.pool.alive(t.engine_id):
                 continue
             if not (self.replace_workers and t.role == "worker"):
                 return self.lost(t)
             self.run.note("worker_lost", task=name, engine=t.engine_id, step=self.run.step)
+            self._noted.add((name, t.engine_id))
             lost.append(t)
         if lost:
             # the coordinator keeps reconnecting in the background after the run; a later
@@ -57,7 +66,25 @@ class EngineWatch:
             for t in lost:
                 self._threads[t.name] = thread
             thread.start()
-        return None
+        return None if self.replace_workers else self.silent_peer(now)
+
+    def silent_peer(self, now: float) -> EngineError | None:
+        """A synchronous run that has made no step for ``QUIET`` s: the error for a peer on
+        another host whose TF server does not answer from here (its host cut off, or its
+        process gone), else None. Peers answer within milliseconds even while a checkpoint
+        or an evaluation holds the steps up; before the first step they may still be
+        starting their servers."""
+        step, since, asked = self._quiet
+        if self.run.step != step:
+            self._quiet = (self.run.step, now, asked)
+            return None
+        if step == 0 or now - since < QUIET or now - asked < QUIET:
+            return None
+        self._quiet = (step, since, now)
+        pool = self.run.cluster.pool
+        peers = [t for t in self.run.tasks if t.target and not pool.is_local(t.engine_id)]
+        heard = answers([t.target for t in peers], timeout=1.0)
+        return next((self.lost(t, heard[t.target]) for t in peers if heard[t.target] != "open"), None)
 
     def lost_peer(self, failed: Any) -> Any | None:
         """When ``failed`` raised in a synchronous run: the peer whose loss it saw, if any
@@ -76,8 +103,9 @@ class EngineWatch:
                 return t
         return None
 
-    def lost(self, task: Any) -> EngineError:
-        """The error for a task whose engine died."""
+    def lost(self, task: Any, answered: str | None = None) -> EngineError:
+        """The error for a task whose engine died (``answered``: how its TF server answered
+        from here just now, if it was asked)."""
         run, name = self.run, task.name
         pool = run.cluster.pool
         info = run.cluster.engine_info.get(task.engine_id)
@@ -87,7 +115,7 @@ class EngineWatch:
         why, where = "its process ended", ""
         if not pool.is_local(task.engine_id):  # on another host: its process gone, or its host cut off?
             where = f" on {host}"
-            if task.target and answer(task.target) == "silent":
+            if task.target and (answered or answer(task.target)) == "silent":
                 why = (f"its host {host} is unreachable: {task.target} does not answer from here (a machine "
                        "down or a link cut)")
         output = run.cluster.engine_output(task.engine_id) if pool.is_local(task.engine_id) else ""

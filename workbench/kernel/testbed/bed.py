@@ -180,7 +180,9 @@ class Testbed:
         engines), and the nanny process ipyparallel starts beside each; returns the
         engines' PIDs (as this machine numbers them, and as the engines report them: for
         engines forked by the host's zygote, their launchers' stand-ins), not their
-        nannies'. The host's zygote lives on."""
+        nannies'. The host's zygote lives on, and so does Slurm's ``srun`` on the node
+        that runs a job's batch script: it is no engine of that host but the launcher of
+        every node's tasks, and killing it ended the engines on all hosts."""
         from workbench.kernel.testbed import links
 
         self._host(host)

@@ -9,7 +9,10 @@ jitter and random loss are **not** emulated, only bandwidth (and links taken dow
 Bytes per link come from the kernel's interface counters, read in the root namespace on
 the host-side veth (``/sys/class/net/<veth>/statistics/{tx,rx}_bytes``): its ``rx`` is
 what the host sent, its ``tx`` what the host received. A run whose tasks live on a bed's
-hosts samples them in a small thread (``LinkWatch``) and joins them into ``run.history``.
+hosts samples them in a small thread (``LinkWatch``), each sample with the link's rate at
+that moment, and joins them into ``run.history``. The samples go to the run directory as
+they are taken (``links.jsonl``): ``wb.load`` reads them back (``recorded``), so a run
+keeps its links, and the rates it saw, after its kernel and its bed are gone.
 """
 
 from __future__ import annotations
@@ -18,17 +21,15 @@ import subprocess
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from workbench.common.figures import BATCH_GAP  # rows of one worker closer than this were published as one batch
+from workbench.common.linksamples import WINDOW, LinkSamples  # noqa: F401 (the bed's names)
 from workbench.common.rates import busiest, format_rate, parse_links, parse_rate  # noqa: F401 (the bed's names)
 from workbench.errors import TestbedError
-
-if TYPE_CHECKING:
-    import pandas as pd
+from workbench.store import RunDir
 
 SAMPLE_EVERY = 0.1  # seconds between counter samples while a run trains
-WINDOW = 1.0  # seconds of traffic that bytes per step and utilisation average over
+WRITE_EVERY = 1.0  # seconds between appends of the new samples to the run directory
 # tbf's smallest bucket: twice a GSO packet (64 KiB of payload plus its headers). A packet
 # the bucket cannot hold never leaves: with 64 KiB, lowering 100 to 50 mbit under traffic
 # left 213 packets stuck in the queue and the link dead for good (replace keeps the queue).
@@ -96,25 +97,36 @@ def watch(run: Any) -> LinkWatch | None:
     addresses = {t.target.rsplit(":", 1)[0] for t in run.tasks if t.target}
     for bed in list(_beds):
         if bed.is_open and addresses & set(bed.hosts.values()):
-            w = LinkWatch(bed, run)
+            w = LinkWatch(bed, run, store=RunDir(run.run_dir))
             w.start()
             return w
     return None
 
 
-class LinkWatch:
-    """Samples every link of ``bed`` until ``run`` is done: (time, host, sent, received,
-    rate) rows, from which ``join`` computes bytes per step and utilisation."""
 
-    def __init__(self, bed: Any, run: Any, every: float = SAMPLE_EVERY) -> None:
+
+
+
+class LinkWatch(LinkSamples):
+    """Samples every link of ``bed`` until ``run`` is done, appending them to ``store``'s
+    samples file (a ``RunDir``) as it goes, and notes the faults injected on the bed in the
+    run's events."""
+
+    def __init__(self, bed: Any, run: Any, every: float = SAMPLE_EVERY, store: RunDir | None = None) -> None:
+        super().__init__()
         self.bed = bed
         self._run = weakref.ref(run)
         self._every = every
-        self._samples = []  # (time, host, sent, received, rate bits/s or None)
-        self._lock = threading.Lock()
+        self._store = store
+        self._written = (0, 0.0)  # (samples written to the store, when)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"workbench-links-{run.id}", daemon=True)
         _watches.add(self)
+
+    @property
+    def hosts(self) -> list[str]:
+        """The bed's hosts."""
+        return list(self.bed.hosts)
 
     def start(self) -> None:
         self.sample()
@@ -125,6 +137,20 @@ class LinkWatch:
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(5)
         _watches.discard(self)
+        self.write()
+
+    def write(self) -> None:
+        """Append the samples taken since the last write to the run directory (if any)."""
+        if self._store is None:
+            return
+        with self._lock:
+            done = self._written[0]
+            new = self._samples[done:]
+            self._written = (done + len(new), time.monotonic())
+        try:
+            self._store.append_links(new)
+        except OSError:  # a full or vanished disk: the live run keeps its samples
+            pass
 
     def sample(self) -> None:
         now = time.time()
@@ -135,8 +161,7 @@ class LinkWatch:
             except (OSError, ValueError, KeyError):  # the bed is gone
                 continue
             rows.append((now, host, sent, received, self.bed.links.get(host)))
-        with self._lock:
-            self._samples.extend(rows)
+        self.add(rows)
 
     def note(self, fault: str, host: str, **info: Any) -> None:
         run = self._run()
@@ -149,102 +174,8 @@ class LinkWatch:
             if run is None or not self.bed.is_open:
                 break
             self.sample()
+            if time.monotonic() - self._written[1] >= WRITE_EVERY:
+                self.write()
             if run.done:
                 break
         _watches.discard(self)
-
-    @property
-    def count(self) -> int:
-        """How many samples have been taken (a cache key: it grows with every sample)."""
-        return len(self._samples)
-
-    def frame(self, since: float | None = None) -> pd.DataFrame:
-        """The samples: time, host, sent/received bytes since the first sample, rate. With
-        ``since`` (``time.time()``) only the samples from then on (and the one before, per
-        host), read from the end: a live dashboard's cost stays flat however long the run."""
-        import pandas as pd
-
-        with self._lock:
-            if since is None:
-                rows = list(self._samples)
-            else:
-                i = len(self._samples)
-                while i > 0 and self._samples[i - 1][0] >= since:
-                    i -= 1
-                rows = self._samples[max(i - len(self.bed.hosts), 0):]
-        df = pd.DataFrame(rows, columns=["time", "host", "sent", "received", "rate"])
-        for col in ("sent", "received"):
-            df[col] = df[col] - df.groupby("host")[col].transform("first")
-        return df
-
-    def join(self, history: pd.DataFrame, window: float = WINDOW) -> pd.DataFrame:
-        """``history`` with, per host H of the bed, ``link_tx_bytes_H`` / ``link_rx_bytes_H``
-        (bytes H sent / received per step) and ``link_util_H`` (the busier direction's
-        bits/s over the set rate; NaN where the link is unshaped), each averaged over at
-        least the ``window`` seconds before the row (back to the worker's row before that): engines publish rows in batches, and a step's
-        own few milliseconds are finer than the counters are sampled."""
-        import numpy as np
-
-        samples = self.frame()
-        if history.empty or samples.empty:
-            return history
-        h = history.copy()
-        since = np.empty(len(h))
-        steps = np.empty(len(h))
-        now = np.empty(len(h))
-        for _, g in h.groupby("worker"):
-            g = g.sort_values(["time", "step"])
-            # rows of one batch (published together, microseconds apart) count as one: its end, its last step
-            batch = (g["time"].diff() > BATCH_GAP).cumsum()
-            t = g["time"].groupby(batch).transform("max").to_numpy(dtype=float)
-            st = g["step"].groupby(batch).transform("max").to_numpy()
-            before = np.searchsorted(t, t - window, side="right") - 1  # its last row >= window ago
-            begin = t[0] - float(np.nan_to_num(g["step_time"].iloc[0]))  # the worker's first step began
-            pos = h.index.get_indexer(g.index)
-            now[pos] = t
-            # from the worker's last row at least ``window`` old (or its first step's start):
-            # bytes and steps over the same interval, however far apart batches arrive
-            since[pos] = np.where(before >= 0, t[np.maximum(before, 0)], np.maximum(t - window, begin))
-            steps[pos] = np.maximum(st - np.where(before >= 0, st[np.maximum(before, 0)], g["step"].iloc[0] - 1), 1)
-        span = np.maximum(now - since, 1e-6)
-        for host, s in samples.groupby("host"):
-            t = s["time"].to_numpy()
-            moved = {}
-            for col, name in (("sent", "tx"), ("received", "rx")):
-                v = s[col].to_numpy(dtype=float)
-                moved[name] = np.interp(now, t, v) - np.interp(since, t, v)
-                h[f"link_{name}_bytes_{host}"] = moved[name] / steps
-            rate = np.interp(now, t, s["rate"].astype(float).to_numpy())
-            h[f"link_util_{host}"] = np.maximum(moved["tx"], moved["rx"]) * 8 / span / rate
-        return h
-
-    def state(self, window: float = 2.0, since: float | None = None) -> dict[str, dict[str, Any]]:
-        """{host: {"rate": bits/s or None, "bytes_per_s": the busier direction's bytes/s,
-        "util": bytes_per_s over the rate, None if unshaped}} over the last ``window``
-        seconds of samples, or from time ``since`` (``time.time()``) on; hosts with fewer
-        than two samples in it are left out."""
-        with self._lock:
-            last = self._samples[-1][0] if self._samples else None
-        if last is None:
-            return {}
-        samples = self.frame(since=last - window if since is None else since)
-        out = {}
-        for host, s in samples.groupby("host", sort=False):
-            first = s["time"].iloc[-1] - window if since is None else since
-            recent = s[s["time"] >= first]
-            dt = recent["time"].iloc[-1] - recent["time"].iloc[0] if len(recent) >= 2 else 0
-            if dt <= 0:
-                continue
-            moved = max(recent["sent"].iloc[-1] - recent["sent"].iloc[0],
-                        recent["received"].iloc[-1] - recent["received"].iloc[0]) / dt
-            bits = recent["rate"].iloc[-1]
-            bits = None if bits is None or bits != bits else int(bits)
-            out[host] = {"rate": bits, "bytes_per_s": float(moved), "util": None if bits is None else moved * 8 / bits}
-        return out
-
-    def busiest(self, window: float = 2.0) -> tuple[str, float | None, float] | None:
-        """(host, utilisation or None, bytes/s) of the link that moved most in the last
-        ``window`` seconds, or None before two samples."""
-        return busiest(self.state(window))
-
-

@@ -55,8 +55,11 @@ def is_engine(pid: int) -> str | None:
     launcher's stand-in for an engine forked by the host's zygote: the PID the engine
     reports), "forked" (such an engine: a child of the zygote, with its command line),
     "nanny" (the process ipyparallel starts beside each remote engine:
-    ``python -m ipyparallel.engine.nanny``) or None."""
+    ``python -m ipyparallel.engine.nanny``) or None (``srun``, whose command line holds the
+    engine's, included)."""
     cmd = cmdline(pid)
+    if os.path.basename(cmd.split(b" ", 1)[0]) == b"srun":  # its arguments name the engine it starts
+        return None
     if b"ipyparallel.engine.nanny" in cmd:
         return "nanny"
     if b"workbench.engine.zygote" in cmd:

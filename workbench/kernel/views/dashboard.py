@@ -298,12 +298,11 @@ class Dashboard:
         parts = render.figures_text(fig, where)
         for name, value in recent["metrics"].items():  # the user's metrics: mean over the last 5 s
             parts.append(f"{html.escape(name)} {value:.3f}")
-        watch = getattr(self.run, "links", None)  # recorded runs have none
-        busiest = rates.busiest(link_state) if watch is not None and link_state else None
-        if busiest:  # a run across test-bed hosts: the link that moves most
+        busiest = rates.busiest(link_state) if link_state else None
+        if busiest:  # a run across test-bed hosts: the link that moves most, at the rate its samples recorded
             host, util, rate = busiest
             parts.append(f"busiest link {html.escape(host)} {rate * 8 / 1e6:,.1f} Mbit/s"
-                         + (f" ({util:.0%} of {rates.format_rate(watch.bed.links.get(host))})" if util is not None else
+                         + (f" ({util:.0%} of {rates.format_rate(link_state[host]['rate'])})" if util is not None else
                             " (unshaped)"))
         base = self._baseline()
         if base and total == total:  # not for NaN: too short to measure

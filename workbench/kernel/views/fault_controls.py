@@ -19,8 +19,8 @@ from workbench.common.rates import format_rate
 
 def for_run(run: Any) -> "FaultControls | None":
     """The controls for ``run`` while it trains on an open test bed's hosts, else None."""
-    watch = getattr(run, "links", None)  # recorded runs have none
-    return None if watch is None or run.done or not watch.bed.is_open else FaultControls(run, watch.bed)
+    bed = getattr(getattr(run, "links", None), "bed", None)  # a live run's LinkWatch; recorded samples have none
+    return None if bed is None or run.done or not bed.is_open else FaultControls(run, bed)
 
 
 class FaultControls:

@@ -265,7 +265,7 @@ def _link_svg(state, y, left, busy):
 def link_state(run: Any) -> dict[str, dict[str, Any]] | None:
     """Each link's rate and use for a run on a test bed's hosts (``LinkWatch.state``): the
     last 2 s while it trains, from its first step on once it is done; None for other runs."""
-    watch = getattr(run, "links", None)  # recorded runs have none
+    watch = getattr(run, "links", None)  # a live run's LinkWatch, a recorded run's samples, or None
     if watch is None:
         return None
     h = run.history if run.done else None
