@@ -29,7 +29,7 @@ band measured in this run, not a time on some other machine.
 import warnings
 
 import workbench as wb
-from workbench.kernel.testbed.links import parse_rate
+from workbench.common.rates import parse_rate
 
 try:
     bed = wb.testbed(hosts=4, link="1gbit")
