@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from workbench.engine import build, control, placement, rundir
+from workbench.engine import build, control, placement, rundir, shared_state
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
 from workbench.store import RunDir
@@ -162,7 +162,7 @@ def evaluate(t: Training, step: int) -> Evaluation | None:
 
 def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Callable | None = None,
             local_replicas: int = 1, global_batch_size: int | None = None, reduce: Callable | None = None,
-            timed: bool = False, sends: bool | None = None, shared_state: bool = False) -> Callable:
+            timed: bool = False, sends: bool | None = None, concurrent: bool = False) -> Callable:
     """One training step on one replica: ``(loss, correct predictions[, staleness], *metrics
     [, compute, communication][, bytes])`` (``extra_outputs`` counts the bracketed ones).
 
@@ -188,11 +188,11 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
     no ``reduce`` they are 0 here and the caller fills them in, as parameter averaging
     does).
 
-    ``shared_state=True`` (parameter servers: every worker's steps write the same
-    variables): the model's non-trainable state changes by increments pushed with the
-    gradients (``build.Increments``), and the optimizer counts its updates in one op
-    (``build.count_atomically``); Keras' own writes of both lose updates when two workers'
-    steps overlap."""
+    ``concurrent=True`` (parameter servers: other workers' steps write the same variables
+    at the same time): the model's non-trainable state changes by increments pushed with the
+    gradients (``shared_state.Increments``), and the optimizer counts its updates in one op
+    (``shared_state.count_atomically``); Keras' own writes of both lose updates when two
+    workers' steps overlap."""
     import contextlib
 
     import tensorflow as tf
@@ -202,8 +202,8 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
     sends = reduce is not None if sends is None else sends
     if reduce is not None:
         opt._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # summed by reduce
-    if shared_state:
-        build.count_atomically(opt)
+    if concurrent:
+        shared_state.count_atomically(opt)
 
     def after(deps, value):
         with tf.control_dependencies([d for d in tf.nest.flatten(deps, expand_composites=True) if d is not None]):
@@ -215,7 +215,7 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
         if timed:
             began = after((x, y), tf.timestamp)
             x = after(began, lambda: tf.nest.map_structure(tf.identity, x))
-        state = build.Increments(model) if shared_state else None
+        state = shared_state.Increments(model) if concurrent else None
         with tf.GradientTape() as tape, state or contextlib.nullcontext():
             pred = build.call(model, x)
             per_example = loss_fn(y, pred)
