@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from workbench.engine import build, control, keras_metrics, placement, rundir
+from workbench.engine import build, control, keras_metrics, placement, rundir, shared_state
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
 from workbench.store import RunDir
@@ -161,7 +161,7 @@ def evaluate(t: Training, step: int) -> Evaluation | None:
 
 def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Callable | None = None,
             local_replicas: int = 1, global_batch_size: int | None = None, reduce: Callable | None = None,
-            timed: bool = False, sends: bool | None = None) -> Callable:
+            timed: bool = False, sends: bool | None = None, concurrent: bool = False) -> Callable:
     """One training step on one replica: ``(loss, correct predictions[, staleness], *metrics
     [, compute, communication][, bytes])`` (``extra_outputs`` counts the bracketed ones).
 
@@ -185,7 +185,15 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
     (default: whether there is a ``reduce``): the bytes are an output even when not
     ``timed``, so that an untimed run that all-reduces still reports ``comm_bytes`` (with
     no ``reduce`` they are 0 here and the caller fills them in, as parameter averaging
-    does)."""
+    does).
+
+    ``concurrent=True`` (parameter servers: other workers' steps write the same variables
+    at the same time): the model's non-trainable state changes by increments pushed with the
+    gradients (``shared_state.Increments``), and the optimizer counts its updates in one op
+    (``shared_state.count_atomically``); Keras' own writes of both lose updates when two
+    workers' steps overlap."""
+    import contextlib
+
     import tensorflow as tf
 
     job, model, opt, step, metrics = t.job, t.model, t.opt, t.step, t.metrics
@@ -193,6 +201,8 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
     sends = reduce is not None if sends is None else sends
     if reduce is not None:
         opt._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # summed by reduce
+    if concurrent:
+        shared_state.count_atomically(opt)
 
     def after(deps, value):
         with tf.control_dependencies([d for d in tf.nest.flatten(deps, expand_composites=True) if d is not None]):
@@ -204,7 +214,8 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
         if timed:
             began = after((x, y), tf.timestamp)
             x = after(began, lambda: tf.nest.map_structure(tf.identity, x))
-        with tf.GradientTape() as tape:
+        state = shared_state.Increments(model) if concurrent else None
+        with tf.GradientTape() as tape, state or contextlib.nullcontext():
             pred = build.call(model, x)
             per_example = loss_fn(y, pred)
             if per_example.dtype not in (tf.float32, tf.float64):  # float64 models keep float64 gradients
@@ -229,6 +240,8 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
             grads = clip(grads)
         graph = tf.compat.v1.get_default_graph()
         first = len(graph.get_operations())
+        if state is not None:
+            state.push()
         opt.apply_gradients(zip(grads, variables))
         update = graph.get_operations()[first:]  # the update's ops (its pushes to PS tasks)
         done = step.assign_add(1, read_value=True)

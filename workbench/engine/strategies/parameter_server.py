@@ -74,7 +74,7 @@ def _train(job, ctx, strategy, coordinator):
     # traced without converting the workbench's wrappers (a user's dataset_fn is: build.users)
     per_worker = coordinator.create_per_worker_dataset(tf.function(lambda: fn(context), autograph=False))
     iterator = iter(per_worker)
-    replica_step = loop.step_fn(t, build.loss(job), staleness=True, timed=job.anatomy)
+    replica_step = loop.step_fn(t, build.loss(job), staleness=True, timed=job.anatomy, concurrent=True)
     outputs = 3 + len(metrics) + loop.extra_outputs(job.anatomy, sends=False)
     looped = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy), autograph=False)
     unrolled = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, unroll=True, timed=job.anatomy),
