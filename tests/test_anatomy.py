@@ -442,4 +442,8 @@ def test_a_run_resumed_from_step_0_neither_retraces_nor_reuses_an_earlier_attemp
     traces = glob.glob(os.path.join(second.logdir[0], "**", "*.xplane.pb"), recursive=True)
     assert len(traces) == 1, traces
     _, compute, _ = _timers(run.history, second.task[0], second["first"][0], second["last"][0])
-    assert 0.5 * compute <= second.compute[0] <= 4 * compute  # the bound test_profile_traces_live_steps uses
+    # the bug read both attempts' traces: more compute, never less; so the sibling test's upper
+    # bound. Its lower one (0.5) is no check of this bug, and load breaks it: the timers count
+    # time the step's thread was descheduled, the trace only the ops (0.38 and 0.49 in two full
+    # runs beside other heavy tests)
+    assert 0 < second.compute[0] <= 4 * compute
