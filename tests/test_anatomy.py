@@ -212,11 +212,11 @@ PROFILED = dict(TOPOLOGIES, mirrored=dict(strategy="mirrored", workers=1, ps=0, 
 
 @ipp.interactive
 def _gated_in_a_trace():
-    """On an engine: loop.gated on a dense gradient, a sparse one (IndexedSlices, as an
+    """On an engine: step.gated on a dense gradient, a sparse one (IndexedSlices, as an
     embedding's), None and another dense one, traced; what came out and the ops it made."""
     import tensorflow as tf
 
-    from workbench.engine import loop
+    from workbench.engine import step
 
     seen = {}
 
@@ -225,7 +225,7 @@ def _gated_in_a_trace():
         sparse = tf.IndexedSlices(tf.ones([2, 4]), tf.constant([1, 3]), tf.constant([10, 4]))
         graph = tf.compat.v1.get_default_graph()
         first = len(graph.get_operations())
-        out = loop.gated([tf.ones([3]), sparse, None, tf.zeros([2])])
+        out = step.gated([tf.ones([3]), sparse, None, tf.zeros([2])])
         seen["kinds"] = [type(t).__name__ for t in out]
         seen["ops"] = sorted(op.type for op in graph.get_operations()[first:])
         return [t for t in out if isinstance(t, tf.Tensor)]
