@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 
 from workbench.common import figures
 from workbench.common.rates import format_rate
-from workbench.kernel.views import logs
-from workbench.kernel.views.livestats import per_worker, smoothed
+from workbench.kernel.views.livestats import smoothed
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 ROLE_COLORS = {"chief": "#fde0c5", "ps": "#d4e6f9", "worker": "#d9f2d0", "local": "#eeeeee"}
@@ -397,8 +396,7 @@ def model_html(run: Any) -> str:
 
 
 def snapshot_html(run: Any, status: str) -> str:
-    """The whole dashboard as static HTML: status, speed figures, loss, throughput, placement,
-    the tasks' last log lines."""
+    """The whole dashboard as static HTML: status, speed figures, loss, throughput, placement."""
     h = run.history
     speed = ""
     if len(h) and run.job.global_batch_size:
@@ -408,13 +406,22 @@ def snapshot_html(run: Any, status: str) -> str:
     parts = [f'<div style="font:12px sans-serif"><b>workbench run {html.escape(run.id)}</b> · '
              f'{html.escape(status)}{speed}<div style="display:flex;flex-wrap:wrap;gap:8px">']
     if len(h):
-        series = per_worker(h, "loss")
+        many = h.worker.nunique() > 8  # livestats.PER_WORKER_LINES: past it, a median and its 10-90% spread
+        if many:
+            q = h.groupby("step").loss.quantile([0.1, 0.5, 0.9]).unstack()
+            series = [(f"workers {int(p * 100)}%", q.index.values, q[p].values) for p in (0.1, 0.5, 0.9)]
+        else:
+            series = [(w, g.step.values, g.loss.values) for w, g in h.groupby("worker")]
         glob = h.groupby("step").loss.mean()
         series.append(("global (smoothed)", glob.index.values, smoothed(glob.values)))
         ev = run.evaluations
         parts.append(svg_img(line_chart(series, "Loss", "step", "loss", points=[
             ("test accuracy", ev.step.values, ev.test_accuracy.values)] if len(ev) else ()), "loss chart"))
-        thr = per_worker(h, "examples_per_s")
+        if many:
+            q = h.groupby("step").examples_per_s.quantile([0.1, 0.5, 0.9]).unstack()
+            thr = [(f"workers {int(p * 100)}%", q.index.values, q[p].values) for p in (0.1, 0.5, 0.9)]
+        else:
+            thr = [(w, g.step.values, g.examples_per_s.values) for w, g in h.groupby("worker")]
         parts.append(svg_img(line_chart(thr, "Throughput per worker", "step", "examples/s"), "throughput chart"))
     parts.append("</div>")
     if len(h):
@@ -429,6 +436,5 @@ def snapshot_html(run: Any, status: str) -> str:
         if per:
             parts.append("<div>bytes of variables per task: " +
                          ", ".join(f"{html.escape(k)} {v:,}" for k, v in per.items()) + "</div>")
-    parts.append(logs.html(run, last=logs.SNAPSHOT))  # the tasks' last lines, among the events
     parts.append("</div>")
     return "".join(parts)
