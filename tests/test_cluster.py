@@ -29,7 +29,7 @@ def test_start_reports_engines_and_stop_leaves_no_process():
         pids = _family(pids)  # engine nannies and controller schedulers too
         assert "tf_state" in repr(c) and "<table" in c._repr_html_()
         # local engines set the shared environment and began importing TF at start
-        # (workbench.engine.start), then got their private TMPDIR
+        # (workbench.engine.startup.start), then got their private TMPDIR
         env = c.client[:].apply_sync(_engine_env)
         assert [e[0] for e in env] == ["use_caller"] * 2
         assert len({e[1] for e in env}) == 2 and all(e[2] for e in env)

@@ -69,7 +69,7 @@ def test_engines_fork_from_one_zygote_on_their_own_host(cluster, bed):
         host, pid, parent, stand_in = cluster.client[eid].apply_sync(_engine_process)
         assert host == info.host and stand_in == str(info.pid) != str(pid)
         assert bed.ssh(host, f"cat {path.format(host=host)}.pid").stdout == str(parent)
-        assert "workbench.engine.zygote" in bed.ssh(host, f"tr '\\0' ' ' < /proc/{parent}/cmdline").stdout
+        assert "workbench.engine.startup.zygote" in bed.ssh(host, f"tr '\\0' ' ' < /proc/{parent}/cmdline").stdout
 
 
 def test_stop_ends_each_hosts_zygote_and_leaves_none_of_its_files(bed):
@@ -89,7 +89,7 @@ def test_stop_ends_each_hosts_zygote_and_leaves_none_of_its_files(bed):
 def _zygote_path(cluster):
     """The socket path of ``cluster``'s zygotes, ``{host}`` for the host, from its ssh command."""
     command = cluster.launched.remote_zygotes[0].args
-    return command[command.index("workbench.engine.zygote") + 1]
+    return command[command.index("workbench.engine.startup.zygote") + 1]
 
 
 def test_mwms_across_two_hosts_equals_single_on_the_same_global_batches(cluster):

@@ -130,6 +130,33 @@ def test_the_rules_see_every_part():
     assert {i.part for i in imports()} <= set(MAY_IMPORT)
 
 
+# -- what starts an engine's process ---------------------------------------------------------
+
+# ``workbench/engine/startup`` (start, zygote, forked, inventory) runs before the engine has a
+# task: the launchers' commands, the zygote that forks engines, what an engine reports at
+# registration. It imports within itself, ``common``, ``store`` and ``errors``, never the rest
+# of ``engine/`` (which imports it: ``entry.py`` waits for the start-up import's thread), and
+# TensorFlow only inside functions (the start-up import's thread, the zygote's one import).
+STARTUP = "workbench.engine.startup"
+STARTUP_MAY_IMPORT = {"common", "store", "errors"}
+
+
+def test_the_engines_start_up_imports_only_what_it_may():
+    seen, wrong = set(), []
+    for i in imports():
+        if not i.module.startswith(STARTUP + "."):
+            continue
+        seen.add(i.module)
+        pieces = i.name.split(".")
+        if pieces[0] in ("tensorflow", "keras") and i.top:
+            wrong.append(f"{i.where}: imports {i.name} at module level")
+        elif pieces[0] == "workbench" and not i.name.startswith(STARTUP) \
+                and (len(pieces) < 2 or pieces[1] not in STARTUP_MAY_IMPORT):
+            wrong.append(f"{i.where}: imports {i.name}")
+    assert {f"{STARTUP}.{m}" for m in ("start", "zygote", "forked", "inventory")} <= seen, seen
+    assert not wrong, "\n".join(wrong)
+
+
 # -- the kernel's rooms and their modules import one another without a circle ---------------
 
 # ``workbench/kernel`` is a facade (``cluster.py``, ``magics.py``) over five rooms, each a

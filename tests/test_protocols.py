@@ -24,7 +24,7 @@ def test_protocols_import_without_tensorflow():
 
 
 def test_an_engines_inventory_has_exactly_the_keys_of_its_protocol():
-    from workbench.engine import inventory
+    from workbench.engine.startup import inventory
 
     assert set(inventory.report()) == _keys(protocols.Inventory)
 

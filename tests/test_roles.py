@@ -137,7 +137,7 @@ def test_a_collective_group_is_reused_whole_or_not_at_all():
 def test_tf_ports_come_from_below_the_ephemeral_range_so_no_outgoing_connection_holds_them():
     import socket
 
-    from workbench.engine import inventory
+    from workbench.engine.startup import inventory
 
     low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
     ports = {inventory.free_port() for _ in range(20)}

@@ -1,4 +1,4 @@
-"""Zygote start (workbench.engine.zygote): local engines fork from one process that imported
+"""Zygote start (workbench.engine.startup.zygote): local engines fork from one process that imported
 TensorFlow once. What is checked here is that it is real and safe, not how fast it is
 (bench/scale.py measures that against each engine importing TensorFlow, alternated)."""
 
@@ -22,7 +22,7 @@ def test_engines_fork_from_the_zygote_train_and_go_with_it():
         parents = {psutil.Process(p).ppid() for p in engines}
         assert len(parents) == 1
         zygote = parents.pop()
-        assert "workbench.engine.zygote" in psutil.Process(zygote).cmdline()
+        assert "workbench.engine.startup.zygote" in psutil.Process(zygote).cmdline()
         assert psutil.Process(zygote).num_threads() == 1
         d = wb.datasets.digits()
         pss = cluster.train(wb.models.mlp((16,)), d, strategy="parameter_server", workers=1, ps=1,
@@ -67,7 +67,7 @@ def test_a_zygote_whose_kernel_is_gone_ends_and_removes_its_socket(tmp_path):
 
 
 def test_where_a_hosts_zygote_refused_its_launcher_command_starts_the_engine_itself_at_once(tmp_path):
-    """On an SSH host whose zygote refused (a GPU host), ``workbench.engine.forked`` reads
+    """On an SSH host whose zygote refused (a GPU host), ``workbench.engine.startup.forked`` reads
     "refused" beside the socket and becomes an engine the usual way; here it prints
     ipengine's version. (It waited 30 s for a PID there would never be.)"""
     import socket
@@ -77,6 +77,6 @@ def test_where_a_hosts_zygote_refused_its_launcher_command_starts_the_engine_its
     import ipyparallel
 
     (tmp_path / f"wbz-{socket.gethostname()}.sock.pid").write_text("refused")
-    out = subprocess.run([sys.executable, "-m", "workbench.engine.forked", str(tmp_path / "wbz-{host}.sock"), "-",
+    out = subprocess.run([sys.executable, "-m", "workbench.engine.startup.forked", str(tmp_path / "wbz-{host}.sock"), "-",
                           "--version"], capture_output=True, text=True, timeout=25)
     assert out.returncode == 0 and out.stdout.strip() == ipyparallel.__version__

@@ -23,7 +23,7 @@ from workbench.common.roles import Task
 
 
 class Inventory(TypedDict):
-    """What an engine reports about itself (``workbench.engine.inventory.report``)."""
+    """What an engine reports about itself (``workbench.engine.startup.inventory.report``)."""
 
     host: str
     address: str  # the address its peers on the controller's network reach

@@ -13,7 +13,7 @@ from workbench.common.strategies import role_counts
 
 @dataclass(frozen=True)
 class EngineInfo:
-    """What one engine reports about itself (see ``workbench.engine.inventory``)."""
+    """What one engine reports about itself (see ``workbench.engine.startup.inventory``)."""
 
     id: int
     host: str

@@ -26,7 +26,8 @@ def run_task(payload: bytes, task: Task) -> Union[TaskResult, ServerResult]:
     import cloudpickle
 
     from workbench.common.strategies import spec
-    from workbench.engine import control, start, strategies
+    from workbench.engine import control, strategies
+    from workbench.engine.startup import start
 
     # the job may hold Keras classes (an optimizer's, a metric's): unpickling them imports
     # Keras modules, which must not race the start-up import of TensorFlow and Keras in its

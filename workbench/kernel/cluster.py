@@ -176,7 +176,7 @@ class Cluster:
     @property
     def started_by_zygote(self) -> bool:
         """Do this cluster's local engines fork from a zygote that imported TensorFlow once
-        (``workbench.engine.zygote``; automatic on Linux without GPUs, off with
+        (``workbench.engine.startup.zygote``; automatic on Linux without GPUs, off with
         ``WORKBENCH_ZYGOTE=0``)? False if the zygote refused to fork or is gone."""
         return self.launched is not None and self.launched.started_by_zygote
 

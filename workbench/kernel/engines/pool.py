@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
 from workbench.common import roles
-from workbench.engine import inventory
+from workbench.engine.startup import inventory
 from workbench.errors import ClusterError
 from workbench.kernel.engines.processes import alive, reap, wait_until
 

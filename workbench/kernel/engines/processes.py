@@ -66,7 +66,7 @@ def sweep_engine_tmpdirs() -> list[str]:
     there first (``inventory.configure``); a directory without it is starting. Returns what
     was removed."""
     from workbench.common.roles import engine_tmpdir
-    from workbench.engine.inventory import ENGINE_PID_FILE
+    from workbench.engine.startup.inventory import ENGINE_PID_FILE
 
     removed = []
     for path in glob.glob(engine_tmpdir(tempfile.gettempdir(), "*", "*")):

@@ -46,7 +46,7 @@ def configure(options: dict[str, Any], launcher: str | None, timeout: float) -> 
         # ipyparallel adds --mpi for MPI engines: engine id = rank (mpi4py on the engines)
         # no nanny: it outlives an engine that mpiexec or Slurm ends (seen left on the
         # hosts after stop()); the controller's heartbeat notices a dead engine anyway
-        config[section].engine_cmd = [sys.executable, "-m", "workbench.engine.start",
+        config[section].engine_cmd = [sys.executable, "-m", "workbench.engine.startup.start",
                                       f"--IPEngine.wait_for_url_file={timeout}", "--IPEngine.enable_nanny=False"]
     if launcher in SLURM and "batch_file_name" not in config[section]:
         # ipyparallel writes the batch script into the working directory (a user's notebook

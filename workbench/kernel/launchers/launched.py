@@ -40,7 +40,7 @@ class Launched:
         self.timeout = timeout
         self.ipp: Any = None  # the ipyparallel.Cluster, once started
         self.pids: set[int] = set()  # local pids this object started
-        self.zygote: Any = None  # the process local engines fork from (``workbench.engine.zygote``)
+        self.zygote: Any = None  # the process local engines fork from (``workbench.engine.startup.zygote``)
         self.remote_zygotes: list = []  # the ssh processes keeping a zygote on each SSH host
         self.pidfile: Path | None = None  # the reaper's list of this cluster's PIDs
         self.reaper_process: Any = None  # the watchdog that ends these processes if this kernel dies
@@ -80,14 +80,14 @@ class Launched:
         if self.controller == "local":
             options.setdefault("controller_args", heartbeat)
         if self.launcher == "local":
-            # engines import TensorFlow while they register (workbench.engine.start), or
+            # engines import TensorFlow while they register (workbench.engine.startup.start), or
             # fork from a zygote that imported it once (zygote.py); they start with the
             # controller, reading its connection file when it appears
             config = options.setdefault("config", Config())
             if "engine_cmd" not in config.LocalEngineSetLauncher:
                 self.zygote = zygote.start()
                 config.LocalEngineSetLauncher.engine_cmd = [
-                    *(zygote.command(self.zygote) if self.zygote else [sys.executable, "-m", "workbench.engine.start"]),
+                    *(zygote.command(self.zygote) if self.zygote else [sys.executable, "-m", "workbench.engine.startup.start"]),
                     f"--IPEngine.wait_for_url_file={self.timeout}",
                     "--IPEngine.enable_nanny=False"]  # a process less per engine: we watch PIDs
                 if self.zygote is not None:

@@ -58,7 +58,7 @@ def configure_ssh(options: dict[str, Any], hosts: dict[str, int] | None, control
     forks = "engine_cmd" not in config.SSHEngineSetLauncher and zygote_path is not None
     if "engine_cmd" not in config.SSHEngineSetLauncher:
         config.SSHEngineSetLauncher.engine_cmd = [
-            *(zygote.remote_command(zygote_path, python) if forks else [python, "-m", "workbench.engine.start"]),
+            *(zygote.remote_command(zygote_path, python) if forks else [python, "-m", "workbench.engine.startup.start"]),
             f"--IPEngine.wait_for_url_file={timeout}",
             *(["--IPEngine.enable_nanny=False"] if forks else [])]  # as local zygote engines: we watch PIDs
     options.setdefault("delay", 0)

@@ -1,4 +1,4 @@
-"""The kernel's side of zygote start (``workbench.engine.zygote``): when to use it, and its
+"""The kernel's side of zygote start (``workbench.engine.startup.zygote``): when to use it, and its
 process's life. Used automatically for local engines on Linux without GPUs, and on each
 host of an SSH cluster (kept by an ``ssh`` process here; it refuses on hosts with GPUs);
 ``WORKBENCH_ZYGOTE=0`` turns it off (each engine then imports TensorFlow itself, as on GPU
@@ -36,7 +36,7 @@ def enabled() -> bool:
 def wanted() -> bool:
     """Fork engines from a zygote here? Linux, no GPU (CUDA must not cross a fork), not
     turned off by ``WORKBENCH_ZYGOTE=0``."""
-    from workbench.engine import inventory
+    from workbench.engine.startup import inventory
 
     if not enabled():
         return False
@@ -55,7 +55,7 @@ def start() -> Zygote | None:
     # group, and a Ctrl-C in the kernel's terminal (which signals the terminal's whole
     # foreground group) must reach the kernel only, which stops the run cleanly
     with open(path + ".log", "wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "workbench.engine.zygote", path, str(os.getpid())], env=env,
+        process = subprocess.Popen([sys.executable, "-m", "workbench.engine.startup.zygote", path, str(os.getpid())], env=env,
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     return Zygote(process, path)
@@ -78,8 +78,8 @@ def remove_leftovers(owner: int) -> None:
 
 
 def command(z: Zygote) -> list[str]:
-    """The launcher's engine command: ask the zygote for an engine (``workbench.engine.forked``)."""
-    return [sys.executable, "-m", "workbench.engine.forked", z.path, str(z.pid)]
+    """The launcher's engine command: ask the zygote for an engine (``workbench.engine.startup.forked``)."""
+    return [sys.executable, "-m", "workbench.engine.startup.forked", z.path, str(z.pid)]
 
 
 def stop(z: Zygote) -> None:
@@ -113,7 +113,7 @@ def start_remote(hosts: list[str], path: str, ssh: list[str], python: str, env: 
     for host in hosts:
         log = socket_path(os.getpid(), f"{secrets.token_hex(4)}-{host}") + ".log"
         with open(log, "wb") as f:
-            process = subprocess.Popen([*ssh, host, "env", *variables, python, "-m", "workbench.engine.zygote", path, "0"],
+            process = subprocess.Popen([*ssh, host, "env", *variables, python, "-m", "workbench.engine.startup.zygote", path, "0"],
                                        stdin=subprocess.PIPE, stdout=f, stderr=subprocess.STDOUT,  # its end, its zygote's
                                        start_new_session=True)  # out of reach of a Ctrl-C in the kernel's terminal (start)
         process.log = log
@@ -135,4 +135,4 @@ def end_remote(processes: list[subprocess.Popen]) -> None:
 
 def remote_command(path: str, python: str) -> list[str]:
     """The SSH launcher's engine command: ask this host's zygote for an engine."""
-    return [python, "-m", "workbench.engine.forked", path, "-"]
+    return [python, "-m", "workbench.engine.startup.forked", path, "-"]

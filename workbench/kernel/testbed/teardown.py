@@ -62,15 +62,15 @@ def is_engine(pid: int) -> str | None:
         return None
     if b"ipyparallel.engine.nanny" in cmd:
         return "nanny"
-    if b"workbench.engine.zygote" in cmd:
+    if b"workbench.engine.startup.zygote" in cmd:
         import psutil
 
         try:
             parent = psutil.Process(pid).ppid()
         except psutil.Error:
             return None
-        return "forked" if b"workbench.engine.zygote" in cmdline(parent) else None
-    engine = (b"ipyparallel.engine", b"ipengine", b"workbench.engine.start", b"workbench.engine.forked")
+        return "forked" if b"workbench.engine.startup.zygote" in cmdline(parent) else None
+    engine = (b"ipyparallel.engine", b"ipengine", b"workbench.engine.startup.start", b"workbench.engine.startup.forked")
     return "engine" if any(name in cmd for name in engine) else None
 
 

@@ -1,14 +1,14 @@
-"""The launcher's command for a local engine when a zygote runs (``workbench.engine.zygote``):
+"""The launcher's command for a local engine when a zygote runs (``workbench.engine.startup.zygote``):
 
-    python -m workbench.engine.forked SOCKET ZYGOTE_PID [ipengine arguments ...]
-    python -m workbench.engine.forked SOCKET_WITH_{host} - [ipengine arguments ...]  # SSH hosts
+    python -m workbench.engine.startup.forked SOCKET ZYGOTE_PID [ipengine arguments ...]
+    python -m workbench.engine.startup.forked SOCKET_WITH_{host} - [ipengine arguments ...]  # SSH hosts
 
 It asks the zygote to fork an engine with these arguments, this process's environment,
 working directory and standard streams, then stands in for it: signals it receives go to
 the engine, and it exits when the engine does, so that ipyparallel's launcher sees the
 engine's life as that of its process. It imports nothing heavy. If the zygote is not
 there (it refused to fork, or died), it becomes an engine the usual way
-(``workbench.engine.start``).
+(``workbench.engine.startup.start``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _connect(path: str, zygote: int, timeout: float) -> socket.socket | None:
 
 
 def _fallback(argv: list[str]) -> None:
-    os.execv(sys.executable, [sys.executable, "-m", "workbench.engine.start", *argv])
+    os.execv(sys.executable, [sys.executable, "-m", "workbench.engine.startup.start", *argv])
 
 
 def _pid_in(path: str, timeout: float) -> int | None:

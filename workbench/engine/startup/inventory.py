@@ -148,7 +148,7 @@ _own_tmpdir: list[str] = []
 
 def remove_tmpdir() -> None:
     """Remove the private TMPDIR ``configure`` made (at exit: atexit, or a forked engine's
-    ``engine/zygote.py`` before ``os._exit``). A killed engine leaves it to ``Cluster.stop``
+    ``engine/startup/zygote.py`` before ``os._exit``). A killed engine leaves it to ``Cluster.stop``
     or the kernel's reaper."""
     for path in _own_tmpdir:
         shutil.rmtree(path, ignore_errors=True)

@@ -19,7 +19,7 @@ import sys
 import threading
 
 from workbench.common.roles import STARTUP_ENV
-from workbench.engine import inventory
+from workbench.engine.startup import inventory
 
 
 THREAD = "workbench-import-tensorflow"
@@ -28,7 +28,7 @@ OPTIONAL = ("sklearn", "matplotlib")  # what Keras imports if present, and engin
 
 class _LeaveOut(importlib.abc.MetaPathFinder):
     """Keras's optional imports fail as if not installed, in the start-up import's thread
-    only (``always``: in any thread, for the zygote's import, ``workbench.engine.zygote``)."""
+    only (``always``: in any thread, for the zygote's import, ``workbench.engine.startup.zygote``)."""
 
     def __init__(self, always: bool = False) -> None:
         self.always = always

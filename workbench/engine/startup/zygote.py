@@ -2,9 +2,9 @@
 
 Cold start is bound by each engine importing TensorFlow (about 2.3 CPU-s each; 4 engines
 take both cores of a laptop for ~5 s). The zygote pays it once: ``python -m
-workbench.engine.zygote SOCKET`` imports TensorFlow and ipyparallel's engine, checks that
+workbench.engine.startup.zygote SOCKET`` imports TensorFlow and ipyparallel's engine, checks that
 it is still one thread, and then, for each engine a launcher starts
-(``workbench.engine.forked``, the launcher's command), forks a child that becomes that
+(``workbench.engine.startup.forked``, the launcher's command), forks a child that becomes that
 engine with the launcher's arguments, environment and standard streams.
 
 Fork safety is checked, not assumed: TensorFlow's import starts no thread of its own, and
@@ -13,12 +13,12 @@ starts a thread pool at import unless ``OPENBLAS_NUM_THREADS=1`` (the kernel set
 the zygote, so its engines run numpy on one thread; TensorFlow's ops do not use OpenBLAS).
 The zygote counts its threads (``/proc/self/task``) before every fork and exits with
 ``REFUSED`` if there is more than one; the engines' launcher command then starts them
-the usual way (``workbench.engine.start``). Hosts with GPUs never use it: CUDA's state
+the usual way (``workbench.engine.startup.start``). Hosts with GPUs never use it: CUDA's state
 must not cross a fork, and ``CUDA_VISIBLE_DEVICES`` must be set before the import.
 
 Children die with the zygote (``PR_SET_PDEATHSIG``), so ending it (the cluster's stop,
 or its reaper when the kernel dies) ends every engine it forked. Each also dies with the
-launcher's process that stands in for it (``workbench.engine.forked``): killing either ends
+launcher's process that stands in for it (``workbench.engine.startup.forked``): killing either ends
 both.
 
 On other hosts (SSH clusters, ``kernel/zygote.py``'s ``start_remote``) the kernel starts one
@@ -53,8 +53,8 @@ def threads() -> int:
 
 def _import() -> None:
     """What every engine imports: TensorFlow (Keras' optional scikit-learn and matplotlib
-    left out, as ``workbench.engine.start`` does) and ipyparallel's engine."""
-    from workbench.engine import start
+    left out, as ``workbench.engine.startup.start`` does) and ipyparallel's engine."""
+    from workbench.engine.startup import start
 
     finder = start._LeaveOut(always=True)
     sys.meta_path.insert(0, finder)
@@ -90,9 +90,9 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
     threading.Thread(target=_die_with_stand_in, args=(conn,), name="workbench-stand-in", daemon=True).start()
     os.environ.clear()
     os.environ.update(request["env"])
-    os.environ.update(STARTUP_ENV)  # as workbench.engine.start sets them
+    os.environ.update(STARTUP_ENV)  # as workbench.engine.startup.start sets them
     os.chdir(request["cwd"])
-    from workbench.engine.start import report_crashes
+    from workbench.engine.startup.start import report_crashes
 
     report_crashes()
     sys.argv = ["ipengine", *request["argv"]]
@@ -109,7 +109,7 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
         traceback.print_exc()
         code = 1
     finally:
-        from workbench.engine.inventory import remove_tmpdir
+        from workbench.engine.startup.inventory import remove_tmpdir
 
         remove_tmpdir()  # os._exit skips atexit, and the zygote's handlers must not run here
         sys.stdout.flush()
@@ -149,7 +149,7 @@ def serve(path: str, owner: int) -> None:
 
 
 def _has_gpus() -> bool:
-    from workbench.engine.inventory import gpus
+    from workbench.engine.startup.inventory import gpus
 
     return bool(gpus())
 
