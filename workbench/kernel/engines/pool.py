@@ -153,7 +153,8 @@ class EnginePool:
                 id=eid, host=r["host"], address=r["address"], pid=r["pid"], port=port,
                 gpus=tuple(r["gpus"]), cpus=r["cpus"], tmp=r["tmp"],
             )
-            self._state[eid] = FRESH
+            # what it holds from an earlier kernel's run (an attached or shared cluster)
+            self._state[eid] = TFState(r.get("tf_state"))
         # GPU ranks are by engine id per host, so engines that join later do not move others'
         envs = roles.engine_env(list(self._info.values()), self._tag())
         pending = []
