@@ -25,8 +25,9 @@ def run_task(payload: bytes, task: Task) -> Union[TaskResult, ServerResult]:
 
     import cloudpickle
 
+    from workbench.common.roles import fingerprint
     from workbench.common.strategies import spec
-    from workbench.engine import control, start, strategies
+    from workbench.engine import control, inventory, start, strategies
 
     # the job may hold Keras classes (an optimizer's, a metric's): unpickling them imports
     # Keras modules, which must not race the start-up import of TensorFlow and Keras in its
@@ -35,6 +36,7 @@ def run_task(payload: bytes, task: Task) -> Union[TaskResult, ServerResult]:
         if thread.name == start.THREAD:
             thread.join()
     job = cloudpickle.loads(payload)
+    inventory.hold(fingerprint(task))
     if task.tf_config:
         os.environ["TF_CONFIG"] = task.tf_config_json
     else:
