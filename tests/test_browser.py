@@ -190,3 +190,56 @@ def _drive_quickstart(page, base, token, shots):
              lambda: "the notebook's last cell (cluster.stop())")
     page.screenshot(path=str(shots / "lab-after-stop.png"), full_page=False)
 
+
+
+CELLS = (
+    "import time\nimport workbench as wb\ncluster = wb.Cluster(engines=2).start()\n"
+    "run = cluster.train(wb.models.mlp(), wb.datasets.digits(), strategy='multi_worker_mirrored', workers=2,\n"
+    "                    steps=3000, global_batch_size=64, checkpoint_every=0)",
+    "print('b')",
+    "while run.step < 300 and not run.done:\n    time.sleep(0.05)\nprint('c')",
+    "run.wait()\nprint('d')",
+    "cluster.stop()",
+)
+
+OUTPUTS = """() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')].map(c => {
+  const out = c.querySelector('.jp-OutputArea');
+  return {text: out ? out.innerText.trim() : '', dashboards: c.querySelectorAll('.wb-dashboard').length,
+          status: [...c.querySelectorAll('.wb-status')].map(s => s.innerText).join(' '),
+          charts: [...c.querySelectorAll('.jp-OutputArea-output img')].map(i => i.alt)};
+})"""
+
+
+def test_a_runs_outputs_stay_in_their_cells_in_jupyterlab(lab, browser, tmp_path, capsys):
+    """A run started in one cell, two other cells executed while it trains, a cell that
+    waits, in a real JupyterLab on ipykernel 7: the dashboard in the run's cell ends
+    finished, each other cell shows its own output only, and the cell that waited ends with
+    the run's final rendering (failed before: it showed only its own print)."""
+    import nbformat
+
+    base, token, _ = lab
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in CELLS]
+    nbformat.write(nb, tmp_path / "root" / "cells.ipynb")
+    shot = tmp_path / "cells.png"
+    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    try:
+        start_session(base, token, "cells.ipynb")
+        page.goto(f"{base}/lab/tree/cells.ipynb?token={token}")
+        page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
+        wait_for(lambda: accept_dialogs(page) and "Idle" in str(page.locator(".jp-StatusBar-Widget").all_inner_texts()),
+                 120, lambda: "JupyterLab to show the idle kernel")
+        page.locator(".jp-CodeCell").first.click()
+        run_menu(page, "Run All Cells")
+        seen = wait_for(lambda: accept_dialogs(page) and "stopped, 0 engines" in page.evaluate(OUTPUTS)[4]["text"]
+                        and page.evaluate(OUTPUTS), 300, lambda: f"the last cell's output; seen {page.evaluate(OUTPUTS)}")
+        page.screenshot(path=str(shot), full_page=True)
+    finally:
+        with capsys.disabled():
+            print("\nscreenshot for review:", shot)
+    run_cell, b, c, waited, stop = seen
+    assert run_cell["dashboards"] == 1 and "finished · step 3000/3000" in run_cell["status"], run_cell
+    assert (b["text"], c["text"]) == ("b", "c") and not b["dashboards"] and not c["dashboards"], (b, c)
+    assert waited["text"].endswith("d") and "finished · step 3000/3000" in waited["text"], waited
+    assert "loss chart" in waited["charts"] and not waited["dashboards"], waited
