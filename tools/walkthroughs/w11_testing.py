@@ -52,7 +52,7 @@ second whatever they are.
         code("""
 h = run.history
 loss = h.groupby("step").loss.mean().iloc[-1]
-print(f"final loss {loss:.4f} after {h.elapsed.max():.1f} s, {h.examples_per_s.median():,.0f} examples/s per worker")
+print(f"last step's loss {loss:.4f} (the run's final loss, the mean of its last 10 steps, is in its line above) after {h.elapsed.max():.1f} s, {h.examples_per_s.median():,.0f} examples/s per worker")
 """),
         md("""
 **A run whose numbers vary.** Two parameter-server workers apply their updates as they

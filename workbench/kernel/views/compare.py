@@ -126,8 +126,7 @@ class Comparison:
         # the text's first line names the runs; the table under it is what a terminal shows
         return {MIME_WIDGET: {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id},
                 "text/html": self.static_html(),
-                "text/plain": f"<workbench comparison: {', '.join(self.labels)}>
-"
+                "text/plain": f"<workbench comparison: {', '.join(self.labels)}>\n"
                               + self.shown().to_string(index=False)}
 
 
