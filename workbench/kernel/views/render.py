@@ -397,8 +397,7 @@ def model_html(run: Any) -> str:
 
 
 def final_bundle(run: Any, status: str) -> dict[str, str]:
-    """A run's static rendering as a display's mime bundle: what the cell that waited for
-    it (``Run.wait``) and ``wb.load(run_id).dashboard()`` show. Its text is its check line."""
+    """A run's static rendering as a mime bundle (``Run.wait``'s cell, ``wb.load(id).dashboard()``): text = check line."""
     check = check_line(run)
     return {"text/html": snapshot_html(run, status, check), "text/plain": f"<{check}>"}
 
