@@ -212,11 +212,11 @@ PROFILED = dict(TOPOLOGIES, mirrored=dict(strategy="mirrored", workers=1, ps=0, 
 
 @ipp.interactive
 def _gated_in_a_trace():
-    """On an engine: loop.gated on a dense gradient, a sparse one (IndexedSlices, as an
+    """On an engine: step.gated on a dense gradient, a sparse one (IndexedSlices, as an
     embedding's), None and another dense one, traced; what came out and the ops it made."""
     import tensorflow as tf
 
-    from workbench.engine import loop
+    from workbench.engine import step
 
     seen = {}
 
@@ -225,7 +225,7 @@ def _gated_in_a_trace():
         sparse = tf.IndexedSlices(tf.ones([2, 4]), tf.constant([1, 3]), tf.constant([10, 4]))
         graph = tf.compat.v1.get_default_graph()
         first = len(graph.get_operations())
-        out = loop.gated([tf.ones([3]), sparse, None, tf.zeros([2])])
+        out = step.gated([tf.ones([3]), sparse, None, tf.zeros([2])])
         seen["kinds"] = [type(t).__name__ for t in out]
         seen["ops"] = sorted(op.type for op in graph.get_operations()[first:])
         return [t for t in out if isinstance(t, tf.Tensor)]
@@ -442,4 +442,8 @@ def test_a_run_resumed_from_step_0_neither_retraces_nor_reuses_an_earlier_attemp
     traces = glob.glob(os.path.join(second.logdir[0], "**", "*.xplane.pb"), recursive=True)
     assert len(traces) == 1, traces
     _, compute, _ = _timers(run.history, second.task[0], second["first"][0], second["last"][0])
-    assert 0.5 * compute <= second.compute[0] <= 4 * compute  # the bound test_profile_traces_live_steps uses
+    # the bug read both attempts' traces: more compute, never less; so the sibling test's upper
+    # bound. Its lower one (0.5) is no check of this bug, and load breaks it: the timers count
+    # time the step's thread was descheduled, the trace only the ops (0.38 and 0.49 in two full
+    # runs beside other heavy tests)
+    assert 0 < second.compute[0] <= 4 * compute

@@ -24,9 +24,8 @@ def versus_peer_ok(data):
     assert all(s["median"] > 0 for s in r["start"].values())
     for row in r["digits"].values():
         assert row["ratio"]["median"] > 0 and set(row["engine RSS after training (MB)"]) >= {"worker:0", "worker:1"}
-    looped = [row["peer with 10 steps per schedule (tf.range) / peer"] for label, row in r["digits"].items()
-              if label.startswith("PSS")]
-    assert looped and looped[0]["median"] > 0
+    # --quick runs no looped peer (versus_peer.py: two process launches less)
+    assert not any("peer with 10 steps per schedule (tf.range) / peer" in row for row in r["digits"].values())
     mwms = [row for label, row in r["digits"].items() if label.startswith("MWMS")]
     bursts = mwms[0][versus_peer.BEST_BURSTS]
     assert bursts["pairs"] == 2 and bursts["ratio"]["n"] == 2 and bursts["ratio"]["min"] > 0

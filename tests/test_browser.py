@@ -125,6 +125,9 @@ def _check_what_a_person_sees(page, home, shots):
             seen = layout(page, ".wb-dashboard", i, chart, legend)
             assert seen["legends"] and seen["charts"], f"dashboard {i}: {chart} and {legend} not found"
             check_legible(seen["charts"], seen["legends"], f"dashboard {i} {chart}")
+    # JupyterLab renders only the cells near the view (its notebook is windowed): the first
+    # dashboard, scrolled out of it by the second, has no text until it is back in view
+    page.locator(".wb-dashboard").nth(0).scroll_into_view_if_needed()
     status, engines = text_of(page, ".wb-status", 0), text_of(page, ".wb-engines", 0)
     assert "finished" in status and "lost" not in engines and "failed" not in engines, (status, engines)
     compare = page.locator(".wb-compare").first

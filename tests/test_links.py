@@ -95,7 +95,15 @@ def test_a_rate_lowered_under_full_traffic_keeps_the_link_moving(bed):
         start = links.counters(bed.veth("h3"))[1]
         wait_for(lambda: links.counters(bed.veth("h3"))[1] - start > 20_000_000, 30, lambda: "20 MB into h3 at 1 gbit")
         bed.set_link("h3", "50mbit")  # while the queue is full
-        time.sleep(0.2)  # the old queue drains
+
+        def received(window):  # bytes into h3 over a measurement window of ``window`` s
+            before = links.counters(bed.veth("h3"))[1]
+            time.sleep(window)
+            return links.counters(bed.veth("h3"))[1] - before
+
+        seen = []  # what the old queue, drained at 1 gbit, let through: until a 0.1 s window is at the new rate
+        wait_for(lambda: seen.append(received(0.1)) or seen[-1] <= 1.1 * 50e6 / 8 * 0.1, 10,
+                 lambda: f"h3's link at 50 mbit; bytes per 0.1 s seen: {seen}")
         before = links.counters(bed.veth("h3"))[1]
         time.sleep(1.0)  # a measurement window
         moved = links.counters(bed.veth("h3"))[1] - before

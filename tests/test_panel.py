@@ -136,8 +136,10 @@ def _drive(page, base, token):
         page.locator("#workbench-panel .wb-run button[data-action=tensorboard]").first.click()
     board = popup.value
     board.wait_for_load_state(timeout=90_000)
+    # TensorBoard imports TensorFlow before it serves: 90 s was not enough once, beside the
+    # other test worker's runs (its page came up after the deadline)
     wait_for(lambda: where(board).startswith("http://127.0.0.1:") and "TensorBoard" in board.title(),
-             90, lambda: f"TensorBoard's page, at {where(board)}: {board.title()!r}")
+             240, lambda: f"TensorBoard's page, at {where(board)}: {board.title()!r}")
     board.close()
 
     # "Stop" stops it

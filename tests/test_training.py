@@ -447,7 +447,7 @@ def branching_dataset_fn(input_context):
 
 @pytest.mark.parametrize("topology", ["multi_worker_mirrored", "parameter_server", "parameter_averaging"])
 def test_a_users_functions_with_python_control_flow_on_tensors_still_train(cluster4, topology):
-    """The workbench's own loop and step are traced without AutoGraph (loop.steps_fn,
+    """The workbench's own loop and step are traced without AutoGraph (step.steps_fn,
     build.users); what the user wrote (the loss, a tf.Module's __call__, a dataset_fn's map)
     is converted as before. Unconverted, the loss and the model fail with
     OperatorNotAllowedInGraphError under every topology, and the map under parameter

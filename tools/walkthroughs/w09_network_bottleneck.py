@@ -178,7 +178,7 @@ if bed is not None:
         code("""
 if bed is not None:
     full = widths["float32"]
-    for kind, (low, high), faster in (("fp16", (0.45, 0.6), 1.5), ("int8", (0.2, 0.35), 2.0)):
+    for kind, (low, high), faster in (("fp16", (0.45, 0.6), 1.3), ("int8", (0.2, 0.35), 1.5)):
         r = widths[kind]
         share = r["sent_over_model"] / full["sent_over_model"]
         speedup = r["steps_per_s"] / full["steps_per_s"]

@@ -1,7 +1,7 @@
 """The anatomy of a step: where each worker's wall time goes. Pure logic over step rows
 (``StepRow``'s anatomy columns), shared by ``Run.anatomy()`` and the dashboard.
 
-How it is measured (``engine/loop.py``: ``step_fn`` and ``steps_fn`` with ``timed=True``):
+How it is measured (``engine/step.py``: ``step_fn`` and ``steps_fn`` with ``timed=True``):
 ``tf.timestamp`` ops inside the step's own ``tf.function``, each chained by control
 dependencies to the ops it brackets, so they read the clock when those ops have run, not
 when Python dispatched them. No extra collective, no extra copy of a tensor; the cost is a

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable
 
-from workbench.engine import build, compression, loop, profile
+from workbench.engine import build, compression, loop, profile, step
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -30,10 +30,10 @@ def train(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> TaskR
     # counted (with or without the anatomy), and compressed when the job asks
     reduce = compression.reducer(job.compression, build.trainable(t.model)) if replicas > 1 else None
     clip = build.aggregated_clipping(t.opt, replicas, summed=reduce is not None)
-    replica_step = loop.step_fn(t, build.loss(job), clip=clip, local_replicas=local, reduce=reduce,
+    replica_step = step.step_fn(t, build.loss(job), clip=clip, local_replicas=local, reduce=reduce,
                                 timed=job.anatomy)
-    outputs = 2 + len(t.metrics) + loop.extra_outputs(job.anatomy, sends=reduce is not None)
-    steps = loop.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy)
+    outputs = 2 + len(t.metrics) + step.extra_outputs(job.anatomy, sends=reduce is not None)
+    steps = step.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy)
     run_steps = tf.function(steps, autograph=False)
 
     @tf.function(autograph=False)
@@ -114,7 +114,7 @@ def _lockstep(t, run_chunk, agree, examples, loss_scale, replicas, every, profil
             pub.add(step=done + j + 1, worker=ctx.name, loss=float(loss) * loss_scale,
                     accuracy=float(hits[j]) / examples, step_time=dt / n,
                     examples_per_s=examples * n / dt, replicas=replicas,
-                    **{name: float(v[j]) for (name, _, _), v in zip(metrics, values)}, **loop.anatomy(parts, j))
+                    **{name: float(v[j]) for (name, _, _), v in zip(metrics, values)}, **step.anatomy(parts, j))
         done += n
         profiling.check(done)
         board.scalars(done, loss=float(losses[-1]) * loss_scale, examples_per_s=job.global_batch_size * n / dt,

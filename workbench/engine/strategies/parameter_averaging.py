@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
     import tensorflow as tf
 
-    from workbench.engine import build, compression, loop, synchronous
+    from workbench.engine import build, compression, loop, step, synchronous
     from workbench.engine.strategies.multi_worker_mirrored import collective_strategy
 
     # the collectives that average the replicas; the replicas themselves are plain
@@ -36,8 +36,8 @@ def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
     # each worker's loss is the mean over its own m = global/n examples
     # every step has a bytes output (0: the steps send nothing; the average's bytes go to
     # the step it follows), timed or not
-    replica_step = loop.step_fn(t, build.loss(job), global_batch_size=local, timed=job.anatomy, sends=True)
-    outputs = 2 + len(t.metrics) + loop.extra_outputs(job.anatomy, sends=True)
+    replica_step = step.step_fn(t, build.loss(job), global_batch_size=local, timed=job.anatomy, sends=True)
+    outputs = 2 + len(t.metrics) + step.extra_outputs(job.anatomy, sends=True)
     variables = build.trainable(t.model)
     reduce = compression.reducer(job.compression, variables, op="MEAN")
     # compressed runs send each replica's change since the last average (cast or quantized),

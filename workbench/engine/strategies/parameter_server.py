@@ -61,7 +61,7 @@ def _train(job, ctx, strategy, coordinator):
     collected in order; checkpoints and evaluations wait for every scheduled function."""
     import tensorflow as tf
 
-    from workbench.engine import build, loop
+    from workbench.engine import build, loop, step
 
     t = loop.prepare(strategy, job, ctx)
     pub, board, metrics, start = t.pub, t.board, t.metrics, t.start
@@ -74,10 +74,10 @@ def _train(job, ctx, strategy, coordinator):
     # traced without converting the workbench's wrappers (a user's dataset_fn is: build.users)
     per_worker = coordinator.create_per_worker_dataset(tf.function(lambda: fn(context), autograph=False))
     iterator = iter(per_worker)
-    replica_step = loop.step_fn(t, build.loss(job), staleness=True, timed=job.anatomy, concurrent=True)
-    outputs = 3 + len(metrics) + loop.extra_outputs(job.anatomy, sends=False)
-    looped = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy), autograph=False)
-    unrolled = tf.function(loop.steps_fn(strategy, replica_step, outputs=outputs, unroll=True, timed=job.anatomy),
+    replica_step = step.step_fn(t, build.loss(job), staleness=True, timed=job.anatomy, concurrent=True)
+    outputs = 3 + len(metrics) + step.extra_outputs(job.anatomy, sends=False)
+    looped = tf.function(step.steps_fn(strategy, replica_step, outputs=outputs, timed=job.anatomy), autograph=False)
+    unrolled = tf.function(step.steps_fn(strategy, replica_step, outputs=outputs, unroll=True, timed=job.anatomy),
                            autograph=False)
 
     def timed(steps):
@@ -147,7 +147,7 @@ def _train(job, ctx, strategy, coordinator):
                     examples_per_s=job.global_batch_size * n / since, replicas=1, staleness=int(stale[j]),
                     time=float(ended),
                     **{name: float(v[j]) for (name, _, _), v in zip(metrics, values)},
-                    **loop.anatomy(parts, j), **({"wait_time": idle / n} if parts else {}))
+                    **step.anatomy(parts, j), **({"wait_time": idle / n} if parts else {}))
         done += n
         board.scalars(done, loss=float(losses[-1]), **{name: float(v[-1]) for (name, _, _), v in zip(metrics, values)})
         pub.flush()
