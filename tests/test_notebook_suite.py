@@ -105,10 +105,11 @@ def _recorded(name):
 
 
 def test_a_folder_of_notebooks_shares_one_cluster_that_stops_at_the_end(tmp_path):
-    """Three notebooks, each starting "its own" local cluster: all three run on the
-    session's one cluster, each finds its engines fresh (one after a notebook that changed
-    topology, one after a notebook that asked for fewer engines), and the one that fails
-    while its run trains leaves nothing running once pytest exits. Failed before the
+    """Three notebooks, each starting "its own" local cluster: they run on the session's
+    cluster, each finds its engines fresh (one after a notebook that changed topology, one
+    after a notebook that asked for fewer engines), a notebook asking for more engines than
+    it has gets a larger one in its place, and the one that fails while its run trains
+    leaves nothing running once pytest exits. Failed before the
     plugin: each notebook's cluster had a controller and engines of its own."""
     env = installed(tmp_path)
     folder = tmp_path / "suite"
@@ -126,6 +127,12 @@ def test_a_folder_of_notebooks_shares_one_cluster_that_stops_at_the_end(tmp_path
     write(folder / "c_fails.ipynb", fresh.format(n=2),
           train.format(strategy="multi_worker_mirrored", workers=2, ps=0, steps=1_000_000), _recorded("c"),
           "assert run.step < 0, 'this notebook fails while its run trains'")
+    # and a test file after them: the session's cluster stops before it (nothing of ours
+    # runs beside a user's other tests)
+    (folder / "test_after.py").write_text(
+        "import psutil\n\n\ndef test_nothing_the_notebooks_started_runs():\n"
+        "    left = [' '.join(p.cmdline()) for p in psutil.Process().children(recursive=True)]\n"
+        "    assert not left, left\n")
     for name in ("a_topologies", "b_more_engines"):
         execute(folder / f"{name}.ipynb", env)
     execute(folder / "c_fails.ipynb", env, allow_errors=True)
@@ -134,13 +141,15 @@ def test_a_folder_of_notebooks_shares_one_cluster_that_stops_at_the_end(tmp_path
     failed = re.findall(r"^FAILED (.+?) - ", out, re.M)
     assert code == 1 and failed == ["c_fails.ipynb::Cell 3"], out[-6000:]
     seen = {name: json.loads((folder / f"{name}.json").read_text()) for name in "abc"}
-    assert len({s["tag"] for s in seen.values()}) == 1, seen  # one cluster for the session
-    tag = seen["a"]["tag"]
+    # a's 3 engines were too few for b: b got a new cluster of 4, which c (2) borrowed
+    assert seen["a"]["tag"] != seen["b"]["tag"] == seen["c"]["tag"], seen
+    tags = {s["tag"] for s in seen.values()}
     pids = {p for s in seen.values() for p in s["pids"]}
 
-    def ours(p):  # its controller, zygote, engines and their stand-ins, its reaper
+    def ours(p):  # its controllers, zygotes, engines and their stand-ins, its reapers
         cmd = " ".join(p.info["cmdline"] or [])
-        return p.pid in pids or tag in cmd or f"wbz-{session}-" in cmd or ("reaper" in cmd and str(session) in cmd)
+        return (p.pid in pids or any(tag in cmd for tag in tags) or f"wbz-{session}-" in cmd
+                or ("reaper" in cmd and str(session) in cmd))
 
     left = [(p.pid, " ".join(p.info["cmdline"] or [])[:120]) for p in psutil.process_iter(["cmdline"]) if ours(p)]
     assert not left, f"processes of the session's cluster {tag} left running: {left}"

@@ -123,10 +123,13 @@ class Cluster:
         """Engines of the controller this cluster does not take: an attached cluster's still
         running a task (a run whose kernel went away: asking them for an inventory would wait
         for the end of the run; they join ``engine_info`` when their run is re-attached,
-        ``wb.load``), or the engines of a test session's shared cluster not lent to this one."""
+        ``wb.load``), or the engines of a test session's shared cluster not lent to this one:
+        its others, and those it has just replaced, which the controller lists until their
+        heartbeat lapses (asking them for an inventory failed: "Engine 0 died")."""
         if isinstance(self.launched, borrowed.Borrowed):
-            self.pool.set_aside(self.launched.others)
-            return set(self.launched.others)
+            aside = (set(self.client.ids) | set(self.launched.others)) - set(self.launched.engine_ids)
+            self.pool.set_aside(sorted(aside))
+            return aside
         if not self.attached:
             return set()
         return self.pool.find_busy(self.client.queue_status())

@@ -6,7 +6,7 @@ notebook's kernel through the environment (``launchers/borrowed.py``). The kerne
 ``wb.Cluster(n)`` then borrows n engines instead of starting a controller, a zygote and
 engines of its own (seconds per notebook, and memory), and asks the lender to recycle
 engines when its topology changes. The lender starts the cluster at the first request, with
-the engines asked for, and grows it when a notebook asks for more.
+the engines asked for, and starts a larger one when a notebook asks for more.
 
 Between notebooks (``reclaim``), and before it lends, it makes every engine fresh: a run a
 notebook left training (its kernel is killed, not asked to stop) ends with its engines, and
@@ -31,7 +31,7 @@ from typing import Any
 
 from workbench.engine import inventory
 from workbench.kernel.cluster import Cluster
-from workbench.kernel.engines.processes import alive, wait_until
+from workbench.kernel.engines.processes import alive
 from workbench.kernel.launchers.borrowed import ENV
 
 
@@ -83,11 +83,15 @@ class Lender:
         live kernel borrows them (that one then starts its own)."""
         if self._borrower not in (None, borrower) and alive(self._borrower[0]):
             return None
+        if self.cluster is not None and len(self.cluster.pool) < n:
+            # more engines than it has: a new cluster of n (engines added to a running one
+            # were measured to take lent engines down with them: "Engine 2 died")
+            self.cluster.stop()
+            self.cluster = None
         if self.cluster is None:
             self.cluster = Cluster(engines=n, timeout=self.timeout).start()
         else:
             self._refresh()
-            self._grow(n)
         ids = sorted(self.cluster.pool.info)
         self._borrower, self._lent = borrower, set(ids[:n])
         launched = self.cluster.launched
@@ -130,20 +134,6 @@ class Lender:
         stale = busy + [e for e, state in zip(idle, states) if state is not None]
         if stale:
             self.cluster.recycle(stale)
-
-    def _grow(self, n):
-        """At least ``n`` engines: the missing ones started and taken into the pool."""
-        pool, client = self.cluster.pool, self.cluster.client
-        more = n - len(pool)
-        if more <= 0:
-            return
-        self.cluster.launched.ipp.start_engines_sync(n=more)
-
-        def grown():
-            pool.take_late_inventory()
-            return len(pool) >= n
-
-        wait_until(grown, self.timeout, lambda: f"{more} more engines for the session's cluster; registered: {client.ids}")
 
     # -- the plugin's calls -----------------------------------------------------------------
     def reclaim(self) -> None:

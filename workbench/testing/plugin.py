@@ -8,10 +8,11 @@ workbench (``import workbench``, ``from workbench ...``, ``%load_ext workbench``
   of a ``--nbval-sanitize-with`` file's own;
 - nbval waits up to ``--wb-output-timeout`` seconds (default 30) for a cell's outputs
   after its reply, instead of its fixed 5 (a loaded machine, a kernel busy with widgets);
-- they share one local cluster for the whole session (``kernel/suite.py``): a notebook's
+- consecutive ones share one local cluster (``kernel/suite.py``): a notebook's
   ``wb.Cluster(...)`` borrows its engines, which are made fresh again after each notebook
   (a run it left training stopped, engines holding TensorFlow state replaced), and the
-  cluster stops at the session's end, failed notebooks or not.
+  cluster stops before the next test that is not such a notebook and at the session's
+  end, failed notebooks or not.
 
 Opt out with ``-p no:workbench`` (the whole plugin), ``--wb-no-sanitize`` or
 ``--wb-no-shared-cluster``. nbval (0.11) offers no hooks: the plugin fills each workbench
@@ -95,12 +96,18 @@ def pytest_runtest_setup(item: pytest.Item) -> Any:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     """After a workbench notebook's last cell, once nbval has stopped its kernel: the
-    session's cluster made fresh for the next notebook."""
+    session's cluster made fresh for the next notebook, or stopped when no workbench
+    notebook comes next (a test that follows finds none of its processes running)."""
     yield
     lender = item.config.stash.get(_LENDER, None)
-    if lender is not None and _workbench_notebook(item) is not None and (
-            nextitem is None or nextitem.parent is not item.parent):
+    if lender is None or _workbench_notebook(item) is None or (
+            nextitem is not None and nextitem.parent is item.parent):
+        return
+    if nextitem is not None and _workbench_notebook(nextitem) is not None:
         lender.reclaim()
+    else:
+        item.config.stash[_LENDER] = None
+        lender.stop()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
