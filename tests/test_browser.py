@@ -107,6 +107,24 @@ def test_quickstart_dashboard_in_jupyterlab_and_notebook7(lab, browser, tmp_path
     nb7.screenshot(path=str(shots / "notebook7.png"))
 
 
+FIND_DASHBOARD = """(run) => {
+  const d = [...document.querySelectorAll('.wb-dashboard')].find(d => d.textContent.includes('workbench run ' + run));
+  const text = s => { const e = d && d.querySelector(s); return e ? e.textContent : null; };
+  if (d && text('.wb-status') !== null) return [text('.wb-status'), text('.wb-engines') || ''];
+  const scroller = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer');
+  scroller.scrollTop = d ? scroller.scrollTop : scroller.scrollTop + 400;
+  return null;
+}"""
+
+
+def dashboard_status(page, run_id):
+    """The status and engines lines of run ``run_id``'s dashboard: the notebook scrolled from
+    its top, a screen part at a time, until JupyterLab has put that dashboard in the page."""
+    page.evaluate("() => { document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer').scrollTop = 0; }")
+    return wait_for(lambda: page.evaluate(FIND_DASHBOARD, run_id), 60,
+                    lambda: f"the dashboard of run {run_id} in the page (first seen: {text_of(page, '.wb-dashboard', 0)[:80]!r})")
+
+
 def _check_what_a_person_sees(page, home, shots):
     """Both dashboards and the comparison, once the notebook has run: the MWMS run finished,
     the PS run was stopped from its dashboard."""
@@ -115,6 +133,7 @@ def _check_what_a_person_sees(page, home, shots):
         dash.scroll_into_view_if_needed()
         dash.screenshot(path=str(shots / f"dashboard-{i}.png"))
         run_id = re.search(r"workbench run (\S+)", text_of(page, ".wb-dashboard", i)).group(1)
+        first_run = first_run if i else run_id
         h = wb.history(run_id, home=home)
         median = float(np.median(h.examples_per_s))
         charts = layout(page, ".wb-dashboard", i, ".wb-throughput", ".wb-throughput-legend")["charts"]
@@ -126,9 +145,8 @@ def _check_what_a_person_sees(page, home, shots):
             assert seen["legends"] and seen["charts"], f"dashboard {i}: {chart} and {legend} not found"
             check_legible(seen["charts"], seen["legends"], f"dashboard {i} {chart}")
     # JupyterLab renders only the cells near the view (its notebook is windowed): the first
-    # dashboard, scrolled out of it by the second, has no text until it is back in view
-    page.locator(".wb-dashboard").nth(0).scroll_into_view_if_needed()
-    status, engines = text_of(page, ".wb-status", 0), text_of(page, ".wb-engines", 0)
+    # dashboard, scrolled out of it by the second, is not in the page until it is back in view
+    status, engines = dashboard_status(page, first_run)
     assert "finished" in status and "lost" not in engines and "failed" not in engines, (status, engines)
     compare = page.locator(".wb-compare").first
     compare.scroll_into_view_if_needed()
@@ -193,3 +211,58 @@ def _drive_quickstart(page, base, token, shots):
              lambda: "the notebook's last cell (cluster.stop())")
     page.screenshot(path=str(shots / "lab-after-stop.png"), full_page=False)
 
+
+
+CELLS = (
+    "import time\nimport workbench as wb\ncluster = wb.Cluster(engines=2).start()\n"
+    "run = cluster.train(wb.models.mlp(), wb.datasets.digits(), strategy='multi_worker_mirrored', workers=2,\n"
+    "                    steps=3000, global_batch_size=64, checkpoint_every=0)",
+    "print('b')",
+    "while run.step < 300 and not run.done:\n    time.sleep(0.05)\nprint('c')",
+    "run.wait()\nprint('d')",
+    "cluster.stop()\ncluster",
+)
+
+OUTPUTS = """() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')].map(c => {
+  const out = c.querySelector('.jp-OutputArea');
+  return {text: out ? out.innerText.trim() : '', dashboards: c.querySelectorAll('.wb-dashboard').length,
+          status: [...c.querySelectorAll('.wb-status')].map(s => s.innerText).join(' '),
+          charts: [...c.querySelectorAll('.jp-OutputArea-output img')].map(i => i.alt)};
+})"""
+
+
+def test_a_runs_outputs_stay_in_their_cells_in_jupyterlab(lab, browser, tmp_path, capsys):
+    """A run started in one cell, two other cells executed while it trains, a cell that
+    waits, in a real JupyterLab on ipykernel 7: the dashboard in the run's cell ends
+    finished, each other cell shows its own output only, and the cell that waited ends with
+    the run's final rendering (failed before: it showed only its own print)."""
+    import nbformat
+
+    base, token, _ = lab
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in CELLS]
+    nbformat.write(nb, tmp_path / "root" / "cells.ipynb")
+    shot = tmp_path / "cells.png"
+    # a window tall enough for all five cells: JupyterLab renders only the cells near the
+    # view (a windowed notebook), and the outputs of cells out of it are not in the page
+    page = browser.new_context(viewport={"width": 1400, "height": 4000}).new_page()
+    try:
+        start_session(base, token, "cells.ipynb")
+        page.goto(f"{base}/lab/tree/cells.ipynb?token={token}")
+        page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
+        wait_for(lambda: accept_dialogs(page) and "Idle" in str(page.locator(".jp-StatusBar-Widget").all_inner_texts()),
+                 120, lambda: "JupyterLab to show the idle kernel")
+        page.locator(".jp-CodeCell").first.click()
+        run_menu(page, "Run All Cells")
+        seen = wait_for(lambda: accept_dialogs(page) and "stopped, 0 engines" in page.evaluate(OUTPUTS)[4]["text"]
+                        and page.evaluate(OUTPUTS), 300, lambda: f"the last cell's output; seen {page.evaluate(OUTPUTS)}")
+        page.screenshot(path=str(shot), full_page=True)
+    finally:
+        with capsys.disabled():
+            print("\nscreenshot for review:", shot)
+    run_cell, b, c, waited, stop = seen
+    assert run_cell["dashboards"] == 1 and "finished · step 3000/3000" in run_cell["status"], run_cell
+    assert (b["text"], c["text"]) == ("b", "c") and not b["dashboards"] and not c["dashboards"], (b, c)
+    assert waited["text"].endswith("d") and "finished · step 3000/3000" in waited["text"], waited
+    assert "loss chart" in waited["charts"] and not waited["dashboards"], waited

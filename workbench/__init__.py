@@ -26,6 +26,7 @@ _HOMES = {
     "load": "workbench.kernel.runs.recorded",
     "predict": "workbench.kernel.runs.explain",
     "testbed": "workbench.kernel.testbed.bed",
+    "within": "workbench.testing",
     "datasets": "workbench.datasets",
     "models": "workbench.models",
     "WorkbenchError": "workbench.errors",

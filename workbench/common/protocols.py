@@ -19,7 +19,7 @@ Who writes what:
 from dataclasses import dataclass
 from typing import Literal, NotRequired, TypedDict, Union
 
-from workbench.common.roles import Task
+from workbench.common.roles import Fingerprint, Task
 
 
 class Inventory(TypedDict):
@@ -32,6 +32,7 @@ class Inventory(TypedDict):
     gpus: list[int]
     cpus: int
     tmp: str
+    tf_state: Fingerprint | None  # of the last task it ran (``roles.fingerprint``); None: no TF state yet
 
 
 class StepRow(TypedDict):

@@ -93,6 +93,16 @@ class StrategySpec:
             return devices or 1
         return 1
 
+    def deterministic(self, workers: int) -> bool:
+        """Does a seeded run give the same numbers on every execution? Yes where updates
+        apply in a fixed order: one process, lockstep workers, or parameter servers fed by
+        one worker. Several parameter-server workers apply their updates as they arrive, in
+        no fixed order. Measured here (digits MLP, 200 steps, seed 0, three runs on two
+        clusters): every step's loss identical for single, mirrored, multi_worker_mirrored,
+        parameter_averaging and parameter_server with one worker; parameter_server with two
+        workers differed by up to 0.25 in a step's loss and 0.93 / 0.92 in test accuracy."""
+        return not (self.has_ps and workers > 1)
+
     def shards(self, workers: int) -> int:
         """Shards of the training data: one per worker engine, or 1 on one engine."""
         return workers if self.multi_engine else 1

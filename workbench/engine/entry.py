@@ -25,9 +25,10 @@ def run_task(payload: bytes, task: Task) -> Union[TaskResult, ServerResult]:
 
     import cloudpickle
 
+    from workbench.common.roles import fingerprint
     from workbench.common.strategies import spec
     from workbench.engine import control, strategies
-    from workbench.engine.startup import start
+    from workbench.engine.startup import inventory, start
 
     # the job may hold Keras classes (an optimizer's, a metric's): unpickling them imports
     # Keras modules, which must not race the start-up import of TensorFlow and Keras in its
@@ -36,6 +37,7 @@ def run_task(payload: bytes, task: Task) -> Union[TaskResult, ServerResult]:
         if thread.name == start.THREAD:
             thread.join()
     job = cloudpickle.loads(payload)
+    inventory.hold(fingerprint(task))
     if task.tf_config:
         os.environ["TF_CONFIG"] = task.tf_config_json
     else:

@@ -1,6 +1,7 @@
 """``wb.Cluster``: a local ipyparallel cluster by default, or a real one through a launcher
 or an existing profile; engines that report what they are; TF state tracked per engine."""
 
+import html
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,7 @@ from workbench.errors import ClusterError, invalid
 from workbench.kernel.engines import live
 from workbench.kernel.engines.pool import EnginePool
 from workbench.kernel.engines.processes import sweep_engine_tmpdirs
-from workbench.kernel.launchers import ssh
-from workbench.kernel.launchers import launched
+from workbench.kernel.launchers import borrowed, launched, ssh
 from workbench.kernel.launchers.launched import Launched
 from workbench.kernel.runs import job as training
 from workbench.kernel.runs import recorded
@@ -69,15 +69,23 @@ class Cluster:
         self.hosts = dict(hosts) if hosts is not None else None
         self.ipp_options = ipp_options
         self.client = None
-        # the processes this object starts (None when attached): controller, engines, zygote
-        self.launched = None if self.attached else Launched(engines, launcher, controller, self.hosts,
-                                                             ipp_options, self.timeout)
+        # the processes this object starts (None when attached): controller, engines, zygote;
+        # or, in a notebook that a test session runs, engines of the session's shared cluster
+        self.launched = None if self.attached else self._processes(borrowed.offered())
         # the engines and their TF state; their processes stay this object's (``_restart``)
         self.pool = EnginePool(self.timeout, is_local=self._is_local, restart=self._restart,
                                on_change=self._write_record, tag=lambda: self.cluster_tag,
                                controller_host=self._controller_host)
         self._record = None  # clusters/<id>.json, what the Workbench panel shows
         self.runs: list[Run] = []
+
+    def _processes(self, offer):
+        """Where this local cluster's processes come from: a test session's shared cluster
+        offered to this kernel (``kernel/suite.py``; plain local clusters only), else its own."""
+        plain = self.launcher == "local" and self.controller == "local" and self.hosts is None and not self.ipp_options
+        if offer is not None and plain:
+            return borrowed.Borrowed(offer, self.n, self.timeout)
+        return Launched(self.n, self.launcher, self.controller, self.hosts, self.ipp_options, self.timeout)
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> "Cluster":
@@ -94,7 +102,12 @@ class Cluster:
             except (OSError, ValueError) as e:
                 raise ClusterError(f"Could not attach to ipyparallel profile {self.profile!r}: {e}") from e
         else:
-            self.client = self.launched.start(ipp, launched.heartbeat_args(self.n, local=self.launcher == "local"))
+            heartbeat = launched.heartbeat_args(self.n, local=self.launcher == "local")
+            try:
+                self.client = self.launched.start(ipp, heartbeat)
+            except borrowed.Refused:  # lent to another cluster of this kernel: this one starts its own
+                self.launched = self._processes(None)
+                self.client = self.launched.start(ipp, heartbeat)
         live.add(self)
         self.pool.connect(self.client)
         try:
@@ -107,9 +120,16 @@ class Cluster:
         return self
 
     def _find_busy(self):
-        """Engines of an attached cluster still running a task (a run whose kernel went
-        away): asking them for an inventory would wait for the end of the run. They join
-        ``engine_info`` when their run is re-attached (``wb.load``)."""
+        """Engines of the controller this cluster does not take: an attached cluster's still
+        running a task (a run whose kernel went away: asking them for an inventory would wait
+        for the end of the run; they join ``engine_info`` when their run is re-attached,
+        ``wb.load``), or the engines of a test session's shared cluster not lent to this one:
+        its others, and those it has just replaced, which the controller lists until their
+        heartbeat lapses (asking them for an inventory failed: "Engine 0 died")."""
+        if isinstance(self.launched, borrowed.Borrowed):
+            aside = (set(self.client.ids) | set(self.launched.others)) - set(self.launched.engine_ids)
+            self.pool.set_aside(sorted(aside))
+            return aside
         if not self.attached:
             return set()
         return self.pool.find_busy(self.client.queue_status())
@@ -140,7 +160,7 @@ class Cluster:
         """End engines ``old`` (EngineInfo) and start as many new ones: what the pool's
         recycling asks of the processes this object's launchers started."""
         self._require_running()
-        if self.launched is None or self.launched.ipp is None:
+        if self.launched is None or self.launched.cluster_id is None:
             raise ClusterError(
                 f"Engines {sorted(o.id for o in old)} hold TensorFlow state that the next run cannot reuse, and this "
                 "cluster was attached, not started, by the workbench, so it cannot restart them. "
@@ -194,7 +214,7 @@ class Cluster:
         """The controller's address as engines dial it: engines find their own address
         from their connection to it (``inventory.report``). Never the controller's host
         name resolved here: ``/etc/hosts`` maps this machine's name to 127.0.0.1."""
-        if self.launched is not None and self.launched.ipp is not None and self.launcher == "local" \
+        if self.launched is not None and self.launched.cluster_id is not None and self.launcher == "local" \
                 and self.controller == "local":
             return "127.0.0.1"
         return ssh.controller_address(getattr(self.client, "_config", {}) or {})
@@ -219,8 +239,8 @@ class Cluster:
 
     @property
     def cluster_tag(self) -> str:
-        if self.launched is not None and self.launched.ipp is not None:
-            return self.launched.ipp.cluster_id
+        if self.launched is not None and self.launched.cluster_id is not None:
+            return self.launched.cluster_id
         return self.cluster_id or (self.profile or "attached")
 
     @property
@@ -238,13 +258,18 @@ class Cluster:
                 for e in self.pool.describe()]
         return pd.DataFrame(rows).set_index("engine") if rows else pd.DataFrame()
 
+    def _head(self):
+        return f"workbench.Cluster {self._kind()} {'running' if self.running else 'stopped'}, {len(self.pool)} engines"
+
     def __repr__(self) -> str:
-        head = f"<workbench.Cluster {self._kind()} {'running' if self.running else 'stopped'}, {len(self.pool)} engines>"
+        head = f"<{self._head()}>"
         return head if not len(self.pool) else f"{head}\n{self.engines.to_string()}"
 
     def _repr_html_(self) -> str:
         head = f"<b>workbench.Cluster</b> {self._kind()}, {'running' if self.running else 'stopped'}, {len(self.pool)} engines"
-        return head if not len(self.pool) else head + self.engines.to_html()
+        # what a notebook test compares: the text's first line (its engines' ids, PIDs and ports vary)
+        return (f'<div data-wb-check="{html.escape(self._head())}">{head}'
+                f'{self.engines.to_html() if len(self.pool) else ""}</div>')
 
     def _kind(self):
         if self.attached:

@@ -31,7 +31,25 @@ def report(controller_host: str = "127.0.0.1") -> Inventory:
         "gpus": gpus(),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "tmp": tempfile.gettempdir(),
+        "tf_state": tf_state(),
     }
+
+
+_held: list = []  # the fingerprint of the last task this process ran (``hold``)
+
+
+def hold(fingerprint: tuple) -> None:
+    """This engine now holds the TF state of a task (``roles.fingerprint``): what it
+    reports from now on, to whichever kernel asks (``entry.run_task`` calls it)."""
+    _held[:] = [fingerprint]
+
+
+def tf_state() -> tuple | None:
+    """The fingerprint of the TF state this engine holds, or None. The kernel that ran a
+    task knows it; a kernel attaching later (an attached profile, a shared cluster of a
+    test session: ``kernel/suite.py``) learns it here, instead of taking such an engine
+    for fresh and hanging in a collective of the old one's group."""
+    return _held[0] if _held else None
 
 
 def sees_run(run_dir: str, started: float) -> bool:

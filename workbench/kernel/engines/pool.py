@@ -86,6 +86,7 @@ class EnginePool:
         self._state: dict[int, TFState] = {}
         self._retired: set[int] = set()  # engine ids replaced by recycling
         self._busy: set[int] = set()  # attached: engines busy with a run of another kernel
+        self._others: set[int] = set()  # engines of the controller that another cluster uses (``set_aside``)
         self._last: dict[tuple, list[int]] = {}  # topology -> engine ids of its last run
         self._warned = False  # the once-per-cluster warning about TF servers on a network
         self._unshared: set[tuple[str, ...]] = set()  # hosts warned about: no shared run directory
@@ -153,7 +154,8 @@ class EnginePool:
                 id=eid, host=r["host"], address=r["address"], pid=r["pid"], port=port,
                 gpus=tuple(r["gpus"]), cpus=r["cpus"], tmp=r["tmp"],
             )
-            self._state[eid] = FRESH
+            # what it holds from an earlier kernel's run (an attached or shared cluster)
+            self._state[eid] = TFState(r.get("tf_state"))
         # GPU ranks are by engine id per host, so engines that join later do not move others'
         envs = roles.engine_env(list(self._info.values()), self._tag())
         pending = []
@@ -165,6 +167,12 @@ class EnginePool:
         if not self._warned:
             self._warned = warn_if_exposed(self._info.values())
         self._on_change()
+
+    def set_aside(self, engine_ids: Iterable[int]) -> None:
+        """Engines of this controller that are not this pool's (a test session's shared
+        cluster lends some of its engines: ``kernel/suite.py``): never taken, not even as
+        the fresh engines a recycling waits for."""
+        self._others.update(engine_ids)
 
     def take_late_inventory(self) -> list[int]:
         """Engines that registered after the last inventory (an attached cluster grows when
@@ -335,7 +343,7 @@ class EnginePool:
         keep = set(self._info)
 
         def fresh():
-            return sorted(set(self.client.ids) - keep - set(engine_ids) - self._retired)
+            return sorted(set(self.client.ids) - keep - set(engine_ids) - self._retired - self._others)
 
         if whole is not None:  # the restart waited for the new job's engines
             new = sorted(self.client.ids)[: len(engine_ids)]

@@ -201,9 +201,13 @@ class Run(BaseRun):
         return self.watcher.results
 
     def wait(self, timeout: float | None = None) -> "Run":
-        """Block until the run ends; raise the engines' error (with role and traceback) if any."""
+        """Block until the run ends; raise the engines' error (with role and traceback) if any.
+        In a notebook, the first cell that waits for a run whose dashboard was shown ends
+        with the run's final static rendering (``Dashboard.finish``)."""
         if not self._block(timeout):
             raise RunTimeout(f"Run {self.id} still running after {timeout} s (step {self.step}/{self.job.steps})")
+        if self._dashboard is not None:  # this cell ends with the run's final rendering
+            self._dashboard.finish()
         if self.failure is None:
             self.cluster.pool.heal()
             return self

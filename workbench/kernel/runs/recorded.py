@@ -239,13 +239,14 @@ class RecordedRun(BaseRun):
 
     def dashboard(self, interval: float = 0.25, baseline: Any = None) -> "_Html":
         """The static rendering of the run (charts, placement), as a saved notebook shows it."""
-        from workbench.kernel.views.render import snapshot_html
+        from workbench.kernel.views.render import final_bundle
 
         self.refresh()
         status = f"{self.status} · step {self.final_step}/{self.job.steps}"
         if self.error:
             status += f" · {self.error}"
-        return _Html(snapshot_html(self, status), f"<workbench run {self.id}: {status}>")
+        bundle = final_bundle(self, status)
+        return _Html(bundle["text/html"], bundle["text/plain"])
 
     def resume(self, steps: int | None = None, **overrides: Any) -> NoReturn:
         raise invalid("run", self.id, "a live run for run.resume(); a recorded run resumes on a cluster: "

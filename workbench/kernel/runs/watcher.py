@@ -82,6 +82,7 @@ class Watcher:
         self.sync = spec.synchronous  # lockstep workers: a lost one can hang the others
         # asynchronous runs outlive a lost worker: the workbench brings a replacement up
         self.engines = EngineWatch(run, replace_workers=spec.has_ps)
+        self._cell = current_cell()  # the cell that started the run: where this thread's output goes
         self.thread = threading.Thread(target=self._watch, name=f"workbench-run-{run.id}", daemon=True)
 
     def start(self) -> None:
@@ -113,6 +114,7 @@ class Watcher:
                 self.run.note("run_files_not_copied", error=error, step=self.run.step)
 
     def _watch(self):
+        enter_cell(self._cell)
         run = self.run
         last_progress, last_step = time.monotonic(), -1
         try:
@@ -243,3 +245,52 @@ class Watcher:
             run_dir.write_result(record)
         except OSError:
             pass
+
+
+# -- the cell a run's threads write to --------------------------------------------------------
+# A run's kernel threads (this watcher, its dashboard) live on while the user runs other
+# cells. ipykernel 7 sends what a thread prints or displays with the parent header of
+# whichever cell runs at that moment: it no longer follows a thread back to the cell that
+# started it (ipykernel#1450, #1451). These threads enter the cell that started their run
+# (``enter_cell``: ipykernel's ``set_thread_parent``, this thread's stream and display
+# output only). Two kinds of message keep the running cell's parent on purpose: widget
+# updates (comm messages) reach a widget by its comm id in every frontend, and nbclient
+# records a widget's state for the saved notebook only from the running cell's messages;
+# an update of an earlier display reaches it by its display id, so a thread leaves its cell
+# before sending one (``leave_cell``), as IPython's own ``update_display`` from a later cell
+# goes with that cell (nbclient and nbval read only the running cell's messages).
+
+
+def _shell() -> Any:
+    """The IPython kernel's shell of this process, or None (plain Python, a terminal IPython)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return shell if shell is not None and getattr(shell, "kernel", None) is not None else None
+
+
+def current_cell() -> dict | None:
+    """The parent header of the cell running in this thread now, or None outside a kernel."""
+    shell = _shell()
+    return shell.get_parent() if shell is not None and hasattr(shell, "get_parent") else None
+
+
+def enter_cell(parent: dict | None) -> Any:
+    """Send this thread's prints and displays with ``parent`` (a ``current_cell()`` of the cell
+    that started the run). Returns what ``leave_cell`` takes; None where there is nothing to
+    do (no kernel, no parent, or an ipykernel before 7 that follows threads itself)."""
+    shell = _shell()
+    set_thread = getattr(shell, "set_thread_parent", None)
+    if parent is None or set_thread is None:
+        return None
+    return set_thread(parent)
+
+
+def leave_cell(tokens: Any) -> None:
+    """Undo an ``enter_cell``: this thread's output goes with the running cell's parent again."""
+    shell = _shell()
+    if tokens is not None and shell is not None:
+        shell.reset_thread_parent(tokens)
+

@@ -4,13 +4,14 @@ strategy."""
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workbench.common import figures
-from workbench.kernel.views import livestats, render
+from workbench.kernel.views import checks, livestats, render
 from workbench.kernel.views.dashboard import MIME_WIDGET
 
 if TYPE_CHECKING:
@@ -107,17 +108,26 @@ class Comparison:
             self._widget.add_class("wb-compare")
         return self._widget
 
+    @property
+    def check(self) -> str:
+        """What a notebook test compares of the comparison: each run's ``checks.check_line``
+        (its speeds and timings are measured anew on every execution)."""
+        return "workbench comparison: " + "; ".join(f"{label} = {checks.check_line(run)}"
+                                                    for run, label in zip(self.runs, self.labels))
+
     def static_html(self) -> str:
         charts = "".join(render.svg_img(render.line_chart(self._curves(x), f"Loss against {label}", label,
                                                           "loss (smoothed)"), f"loss against {label}")
                          for x, label in (("step", "step"), ("time", "wall time (s)")))
-        return (f'<div style="font:12px sans-serif"><div style="display:flex;gap:8px">{charts}</div>'
-                f"{self.shown().to_html(index=False)}</div>")
+        return (f'<div data-wb-check="{html.escape(self.check)}" style="font:12px sans-serif">'
+                f'<div style="display:flex;gap:8px">{charts}</div>{self.shown().to_html(index=False)}</div>')
 
     def _repr_mimebundle_(self, include=None, exclude=None):
+        # the text's first line names the runs; the table under it is what a terminal shows
         return {MIME_WIDGET: {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id},
                 "text/html": self.static_html(),
-                "text/plain": self.shown().to_string(index=False)}
+                "text/plain": f"<workbench comparison: {', '.join(self.labels)}>\n"
+                              + self.shown().to_string(index=False)}
 
 
 def compare(*runs: Run, labels: Sequence[str] | None = None) -> Comparison:

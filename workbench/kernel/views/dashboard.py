@@ -2,8 +2,11 @@
 
 A thread in the kernel redraws it every ``interval`` seconds (4 Hz by default): marks are
 updated together under ``hold_sync`` with downsampled arrays, so a long run sends a few
-kilobytes per update and the kernel stays free for other cells. When the run ends, the
-cell's output keeps a static HTML rendering beside the widget, for saved notebooks.
+kilobytes per update and the kernel stays free for other cells. What the thread prints
+lands in the cell that started the run (``runs/watcher.py``: ``enter_cell``). When the run
+ends, the cell's output keeps a static HTML rendering beside the widget, for saved
+notebooks; a cell that waits for the run (``Run.wait``) ends with that rendering as its own
+output (``finish``).
 """
 
 import html
@@ -14,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from workbench.common import figures, rates
+from workbench.kernel.runs.watcher import current_cell, enter_cell, leave_cell
 from workbench.kernel.views import fault_controls
 from workbench.kernel.views import livestats
 from workbench.kernel.views import render
@@ -40,6 +44,8 @@ class Dashboard:
         self.workers = [t.name for t in run.tasks if t.role in ("worker", "local")]
         self.updates = 0
         self._display_id = None
+        self._finished = False  # a cell that waited for the run shows its final rendering (``finish``)
+        self._cell = current_cell()  # the cell that started it: where its thread's output goes
         self._stopping = False
         self._placement_key = (None, None, 0.0)  # (tasks, links' use, monotonic time) it last drew
         self._placement_rows = (-1, ([], []))  # (events, placement's task and variable rows)
@@ -156,12 +162,19 @@ class Dashboard:
         self._thread.start()
 
     # -- display -----------------------------------------------------------------------
-    def _bundle(self):
-        status = self._status_text()
+    @property
+    def check(self) -> str:
+        """What a notebook test compares of the live display: that it is this run's
+        dashboard (its moment's numbers are not the saved notebook's)."""
+        return f"workbench dashboard: run {self.run.id}"
+
+    def _bundle(self, snapshot=None):
+        """The live display: the widget, and ``snapshot`` (default: a rendering of the
+        moment) for frontends without the widget's state."""
         return {
             MIME_WIDGET: {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id},
-            "text/html": render.snapshot_html(self.run, status),
-            "text/plain": f"<workbench dashboard: run {self.run.id}, {status}>",
+            "text/html": snapshot or render.snapshot_html(self.run, self._status_text(), self.check),
+            "text/plain": f"<{self.check}>",
         }
 
     def show(self) -> "Dashboard":
@@ -174,14 +187,35 @@ class Dashboard:
     def _ipython_display_(self):
         self.show()
 
+    def finish(self) -> None:
+        """The run has ended and a cell waited for it (``Run.wait``): that cell ends with
+        the run's final static rendering as its own output, so the saved notebook, GitHub
+        and nbval (which drops updates of an earlier display) all see the finished run. The
+        live display keeps the widget, and for frontends without it one line saying where
+        the charts are. Once per dashboard, for a dashboard that was shown."""
+        if self._display_id is None or self._finished:
+            return
+        self._finished = True
+        self._thread.join()  # its own last update first: this one follows it
+        from IPython.display import display, update_display
+
+        status = self._status_text()
+        line = (f'<div class="wb-snapshot" data-wb-check="{html.escape(self.check)}" style="font:12px sans-serif">'
+                f"<b>workbench run {html.escape(self.run.id)}</b> · {html.escape(status)} · its final rendering is "
+                "in the output of the cell that waited for it</div>")
+        update_display(self._bundle(line), raw=True, display_id=self._display_id)
+        display(render.final_bundle(self.run, status), raw=True)
+
     # -- updating ------------------------------------------------------------------------
     def _loop(self):
+        tokens = enter_cell(self._cell)
         while not self.run.done:
             time.sleep(self.interval)
             self._redraw()
         self.run.join()
         self._redraw()
-        if self._display_id is not None:
+        leave_cell(tokens)  # an update of a display goes with the running cell (runs/watcher.py)
+        if self._display_id is not None and not self._finished:
             from IPython.display import update_display
 
             update_display(self._bundle(), raw=True, display_id=self._display_id)

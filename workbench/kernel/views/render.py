@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 from workbench.common import figures
 from workbench.common.rates import format_rate
+from workbench.kernel.views.checks import check_line
 from workbench.kernel.views.livestats import smoothed
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
@@ -395,15 +396,24 @@ def model_html(run: Any) -> str:
             "</details></div>")
 
 
-def snapshot_html(run: Any, status: str) -> str:
-    """The whole dashboard as static HTML: status, speed figures, loss, throughput, placement."""
+def final_bundle(run: Any, status: str) -> dict[str, str]:
+    """A run's static rendering as a mime bundle (``Run.wait``'s cell, ``wb.load(id).dashboard()``): text = check line."""
+    check = check_line(run)
+    return {"text/html": snapshot_html(run, status, check), "text/plain": f"<{check}>"}
+
+
+def snapshot_html(run: Any, status: str, check: str | None = None) -> str:
+    """The whole dashboard as static HTML: status, speed figures, loss, throughput, placement.
+    ``check``: what a notebook test compares of it (``views/checks.py``), on its root element."""
     h = run.history
     speed = ""
     if len(h) and run.job.global_batch_size:
         first = run.job.first_step
         shown = figures_text(figures.history_figures(h, run.job.global_batch_size, first), figures.scope(first))
         speed = f"<div class='wb-throughput-text'>{' · '.join(shown)}</div>"
-    parts = [f'<div style="font:12px sans-serif"><b>workbench run {html.escape(run.id)}</b> · '
+    checked = "" if check is None else f' data-wb-check="{html.escape(check)}"'
+    parts = [f'<div class="wb-snapshot"{checked} style="font:12px sans-serif">'
+             f'<b>workbench run {html.escape(run.id)}</b> · '
              f'{html.escape(status)}{speed}<div style="display:flex;flex-wrap:wrap;gap:8px">']
     if len(h):
         many = h.worker.nunique() > 8  # livestats.PER_WORKER_LINES: past it, a median and its 10-90% spread
