@@ -19,7 +19,7 @@ import statistics
 import time
 import warnings
 
-from shared import OUT, machine
+from shared import OUT, machine, testbed_or_skip
 import workbench as wb
 from workbench.common import figures
 
@@ -48,13 +48,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 2)
     t0 = time.time()
-    try:
-        bed = wb.testbed(hosts=2)
-    except wb.TestbedError as e:  # no root / no openssh-server: say so, write no numbers
-        print(f"network benchmark skipped: {e}")
-        OUT.mkdir(exist_ok=True)
-        (OUT / "network.md").write_text(f"Skipped: {e}\n")
-        (OUT / "network.json").write_text(json.dumps({"skipped": str(e)}))
+    bed = testbed_or_skip('network', hosts=2)
+    if bed is None:
         return
     model = wb.models.mlp((2048, 256))
     data = wb.datasets.digits()

@@ -22,7 +22,7 @@ import statistics
 import time
 import warnings
 
-from shared import OUT, machine
+from shared import OUT, machine, testbed_or_skip
 import workbench as wb
 
 FEATURES = 256
@@ -76,13 +76,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true")
     args = p.parse_args(argv)
     t0 = time.time()
-    try:
-        bed = wb.testbed(hosts=6)
-    except wb.TestbedError as e:  # no root / no openssh-server: say so, write no numbers
-        print(f"predict benchmark skipped: {e}")
-        OUT.mkdir(exist_ok=True)
-        (OUT / "predict.md").write_text(f"Skipped: {e}\n")
-        (OUT / "predict.json").write_text(json.dumps({"skipped": str(e)}))
+    bed = testbed_or_skip('predict', hosts=6)
+    if bed is None:
         return
     ring, ps_cells = grid(args.quick)
     data = wb.datasets.synthetic(examples=4096, features=FEATURES)

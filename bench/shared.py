@@ -44,3 +44,20 @@ def thread_cpu(thread) -> float:
     except (OSError, TypeError):
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def testbed_or_skip(name: str, hosts: int):
+    """``wb.testbed(hosts)``, or None once benchmark ``name`` has said why it cannot build one
+    (no root, no openssh-server) and written that, and no numbers, as its results."""
+    import json
+
+    import workbench as wb
+
+    try:
+        return wb.testbed(hosts=hosts)
+    except wb.TestbedError as e:
+        print(f"{name} benchmark skipped: {e}")
+        OUT.mkdir(exist_ok=True)
+        (OUT / f"{name}.md").write_text(f"Skipped: {e}\n")
+        (OUT / f"{name}.json").write_text(json.dumps({"skipped": str(e)}))
+        return None
