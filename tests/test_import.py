@@ -63,7 +63,7 @@ MAY_IMPORT = {
     "cli": {"kernel", "common", "store", "errors", "workbench", "models", "datasets"},
     "__main__": {"cli"},
     "workbench": {"kernel", "common", "store", "errors", "models", "datasets", "schedules"},
-    "testing": {"kernel", "errors"},  # wb.within, and the pytest plugin for notebooks
+    "testing": {"kernel", "engine", "errors"},  # wb.within, the pytest plugin for notebooks, its shared cluster
 }
 # TensorFlow and Keras are imported on engines only: at module level in engine/, and inside the
 # functions of the modules whose functions run on engines (models, datasets, schedules).

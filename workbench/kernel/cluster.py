@@ -14,7 +14,6 @@ from workbench.kernel.engines import live
 from workbench.kernel.engines.pool import EnginePool
 from workbench.kernel.engines.processes import sweep_engine_tmpdirs
 from workbench.kernel.launchers import borrowed, launched, ssh
-from workbench.kernel.launchers.launched import Launched
 from workbench.kernel.runs import job as training
 from workbench.kernel.runs import recorded
 from workbench.kernel.runs.handle import Run
@@ -71,21 +70,14 @@ class Cluster:
         self.client = None
         # the processes this object starts (None when attached): controller, engines, zygote;
         # or, in a notebook that a test session runs, engines of the session's shared cluster
-        self.launched = None if self.attached else self._processes(borrowed.offered())
+        self.launched = None if self.attached else borrowed.processes(
+            borrowed.offered(), engines, launcher, controller, self.hosts, ipp_options, self.timeout)
         # the engines and their TF state; their processes stay this object's (``_restart``)
         self.pool = EnginePool(self.timeout, is_local=self._is_local, restart=self._restart,
                                on_change=self._write_record, tag=lambda: self.cluster_tag,
                                controller_host=self._controller_host)
         self._record = None  # clusters/<id>.json, what the Workbench panel shows
         self.runs: list[Run] = []
-
-    def _processes(self, offer):
-        """Where this local cluster's processes come from: a test session's shared cluster
-        offered to this kernel (``kernel/suite.py``; plain local clusters only), else its own."""
-        plain = self.launcher == "local" and self.controller == "local" and self.hosts is None and not self.ipp_options
-        if offer is not None and plain:
-            return borrowed.Borrowed(offer, self.n, self.timeout)
-        return Launched(self.n, self.launcher, self.controller, self.hosts, self.ipp_options, self.timeout)
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> "Cluster":
@@ -106,7 +98,8 @@ class Cluster:
             try:
                 self.client = self.launched.start(ipp, heartbeat)
             except borrowed.Refused:  # lent to another cluster of this kernel: this one starts its own
-                self.launched = self._processes(None)
+                self.launched = borrowed.processes(None, self.n, self.launcher, self.controller, self.hosts,
+                                                   self.ipp_options, self.timeout)
                 self.client = self.launched.start(ipp, heartbeat)
         live.add(self)
         self.pool.connect(self.client)
@@ -123,13 +116,11 @@ class Cluster:
         """Engines of the controller this cluster does not take: an attached cluster's still
         running a task (a run whose kernel went away: asking them for an inventory would wait
         for the end of the run; they join ``engine_info`` when their run is re-attached,
-        ``wb.load``), or the engines of a test session's shared cluster not lent to this one:
-        its others, and those it has just replaced, which the controller lists until their
-        heartbeat lapses (asking them for an inventory failed: "Engine 0 died")."""
+        ``wb.load``), or the engines of a test session's shared cluster not lent to this one."""
         if isinstance(self.launched, borrowed.Borrowed):
-            aside = (set(self.client.ids) | set(self.launched.others)) - set(self.launched.engine_ids)
-            self.pool.set_aside(sorted(aside))
-            return aside
+            aside = self.launched.not_lent(self.client.ids)
+            self.pool.set_aside(aside)
+            return set(aside)
         if not self.attached:
             return set()
         return self.pool.find_busy(self.client.queue_status())

@@ -8,7 +8,7 @@ workbench (``import workbench``, ``from workbench ...``, ``%load_ext workbench``
   of a ``--nbval-sanitize-with`` file's own;
 - nbval waits up to ``--wb-output-timeout`` seconds (default 30) for a cell's outputs
   after its reply, instead of its fixed 5 (a loaded machine, a kernel busy with widgets);
-- consecutive ones share one local cluster (``kernel/suite.py``): a notebook's
+- consecutive ones share one local cluster (``testing/lender.py``): a notebook's
   ``wb.Cluster(...)`` borrows its engines, which are made fresh again after each notebook
   (a run it left training stopped, engines holding TensorFlow state replaced), and the
   cluster stops before the next test that is not such a notebook and at the session's
@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 _USES_WORKBENCH = re.compile(r"^\s*(?:import\s+workbench\b|from\s+workbench\b|%load_ext\s+workbench\b)", re.M)
-_LENDER = pytest.StashKey[Any]()  # the session's Lender (kernel/suite.py), once a notebook asks
+_LENDER = pytest.StashKey[Any]()  # the session's Lender (testing/lender.py), once a notebook asks
 _USES = pytest.StashKey[bool]()  # a notebook uses the workbench
 _SANITIZED = pytest.StashKey[bool]()
 
@@ -81,7 +81,7 @@ def pytest_runtest_setup(item: pytest.Item) -> Any:
     offer = {}
     if notebook is not None and notebook.kernel is None and not item.config.option.wb_no_shared_cluster:
         if item.config.stash.get(_LENDER, None) is None:
-            from workbench.kernel.suite import Lender
+            from workbench.testing.lender import Lender
 
             item.config.stash[_LENDER] = Lender()
         offer = item.config.stash[_LENDER].environ()

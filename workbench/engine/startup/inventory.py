@@ -47,7 +47,7 @@ def hold(fingerprint: tuple) -> None:
 def tf_state() -> tuple | None:
     """The fingerprint of the TF state this engine holds, or None. The kernel that ran a
     task knows it; a kernel attaching later (an attached profile, a shared cluster of a
-    test session: ``kernel/suite.py``) learns it here, instead of taking such an engine
+    test session: ``testing/lender.py``) learns it here, instead of taking such an engine
     for fresh and hanging in a collective of the old one's group."""
     return _held[0] if _held else None
 

@@ -170,7 +170,7 @@ class EnginePool:
 
     def set_aside(self, engine_ids: Iterable[int]) -> None:
         """Engines of this controller that are not this pool's (a test session's shared
-        cluster lends some of its engines: ``kernel/suite.py``): never taken, not even as
+        cluster lends some of its engines: ``testing/lender.py``): never taken, not even as
         the fresh engines a recycling waits for."""
         self._others.update(engine_ids)
 

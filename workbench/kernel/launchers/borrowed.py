@@ -1,6 +1,6 @@
 """``Borrowed``: the engines a notebook's ``wb.Cluster(...)`` borrows from the cluster that a
 test session shares between its notebooks (the pytest plugin's ``Lender``,
-``kernel/suite.py``), in place of the processes it would start itself (``Launched``).
+``testing/lender.py``), in place of the processes it would start itself (``Launched``).
 
 The lender's process started the controller and the engines and keeps them: the kernel
 that nbval runs a notebook in, a child of that process, finds the offer in its environment
@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from workbench.errors import ClusterError
+from workbench.kernel.launchers.launched import Launched
 
 ENV = "WORKBENCH_SUITE_CLUSTER"
 
@@ -38,6 +39,16 @@ def offered() -> dict | None:
         return None
     offer = json.loads(raw)
     return offer if offer.get("lender") == os.getppid() else None
+
+
+def processes(offer: dict | None, n: int, launcher: str, controller: str, hosts: dict[str, int] | None,
+              ipp_options: dict, timeout: float) -> "Borrowed | Launched":
+    """Where a cluster's processes come from: engines of a test session's shared cluster
+    offered to this kernel (``offer``; plain local clusters only), else its own."""
+    plain = launcher == "local" and controller == "local" and hosts is None and not ipp_options
+    if offer is not None and plain:
+        return Borrowed(offer, n, timeout)
+    return Launched(n, launcher, controller, hosts, ipp_options, timeout)
 
 
 class Borrowed:
@@ -91,6 +102,12 @@ class Borrowed:
                                    f"controller after {self.timeout:.0f} s (registered: {client.ids})")
             time.sleep(0.05)
         return client
+
+    def not_lent(self, registered: Iterable[int]) -> list[int]:
+        """Engines of the controller that are not this cluster's: the lender's others, and
+        those it has just replaced, which the controller lists until their heartbeat lapses
+        (asking them for an inventory failed: "Engine 0 died while running task")."""
+        return sorted((set(registered) | set(self.others)) - set(self.engine_ids))
 
     def is_local(self, pid: int) -> bool:
         """The session's engines are local processes: this kernel may end one by its PID,
