@@ -1,6 +1,7 @@
-"""Cost of the live dashboard: MWMS throughput with the dashboard updating vs without, in
-the same run, alternated; and the metrics latency from a step ending on an engine to its
-point in the widget's model (same machine, same clock).
+"""Cost of the live views: MWMS throughput with every task's output captured and streamed
+(``logs=True``, the default) vs without (``logs=False``), and with the dashboard updating
+vs without, runs alternated on the same engines; and the metrics latency from a step
+ending on an engine to its point in the widget's model (same machine, same clock).
 
     python bench/dashboard.py [--quick]
 
@@ -13,7 +14,7 @@ import statistics
 
 import workbench as wb
 
-from shared import OUT, machine, steady
+from shared import OUT, machine, steady, summary
 
 
 def main(argv=None):
@@ -22,22 +23,26 @@ def main(argv=None):
     args = p.parse_args(argv)
     repeats, steps = (1, 400) if args.quick else (5, 1500)  # quick: still > 1 s, several updates
     digits = wb.datasets.digits()
-    on, off, latencies = [], [], []
+    on, off, no_logs, latencies = [], [], [], []
     with wb.Cluster(engines=2) as cluster:
-        for _ in range(repeats):
-            for with_dashboard in (False, True):
+        for repeat in range(repeats):
+            order = ("no logs", "logs", "dashboard")
+            for kind in order if repeat % 2 == 0 else order[::-1]:  # each one first every other repeat
                 run = cluster.train(wb.models.mlp((64, 32)), digits, strategy="multi_worker_mirrored", workers=2,
-                                    global_batch_size=128, steps=steps, checkpoint_every=0, dashboard=False)
-                if with_dashboard:
+                                    global_batch_size=128, steps=steps, checkpoint_every=0, dashboard=False,
+                                    logs=kind != "no logs")
+                if kind == "dashboard":
                     dash = run.dashboard(interval=0.25)
                 run.wait()
-                if with_dashboard:
+                if kind == "dashboard":
                     dash._thread.join(10)
                     latencies += dash.latencies[:-1]  # the last update comes after the run ended
-                (on if with_dashboard else off).append(steady(run))
+                {"no logs": no_logs, "logs": off, "dashboard": on}[kind].append(steady(run))
+    logs = [a / b for a, b in zip(off, no_logs)]  # each pair of one repeat
     result = {
-        "steps_per_s_with_dashboard": on, "steps_per_s_without": off,
+        "steps_per_s_with_dashboard": on, "steps_per_s_without": off, "steps_per_s_without_logs": no_logs,
         "ratio_median": statistics.median(on) / statistics.median(off),
+        "logs_ratio": summary(logs),
         "latency_s_median": statistics.median(latencies) if latencies else None,
         "latency_s_p90": sorted(latencies)[int(0.9 * (len(latencies) - 1))] if latencies else None,
         "latency_samples": len(latencies),
@@ -45,14 +50,21 @@ def main(argv=None):
     }
     OUT.mkdir(exist_ok=True)
     (OUT / "dashboard.json").write_text(json.dumps(result, indent=1))
-    md = (f"MWMS x2, digits MLP, batch 128, {repeats} alternated pairs of {steps} steps; machine: {result['meta']['machine']}\n\n"
+    md = (f"MWMS x2, digits MLP, batch 128, {repeats} repeats of 3 alternated runs of {steps} steps; machine: {result['meta']['machine']}\n\n"
           f"| figure | value | target |\n| --- | --- | --- |\n"
+          f"| steps/s with every task's output captured and streamed / without (logs=True / False, "
+          f"median [min-max] of the repeats' ratios) | {_ratio(result['logs_ratio'])} "
+          f"({statistics.median(off):.0f} / {statistics.median(no_logs):.0f}) | >= 0.99 |\n"
           f"| steps/s with dashboard / without (median) | {result['ratio_median']:.3f} "
           f"({statistics.median(on):.0f} / {statistics.median(off):.0f}) | >= 0.98 |\n"
           f"| metrics latency, engine step end -> widget model, median | {_s(result['latency_s_median'])} "
           f"(p90 {_s(result['latency_s_p90'])}, {len(latencies)} updates) | <= 0.5 s |\n")
     (OUT / "dashboard.md").write_text(md)
     print(md)
+
+
+def _ratio(s):
+    return f"{s['median']:.3f} [{s['min']:.3f}-{s['max']:.3f}]"
 
 
 def _s(seconds):

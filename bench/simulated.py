@@ -91,6 +91,10 @@ class FakeResult:
     def get(self):
         return {"rows": [], "events": [], "final_step": 0, "stopped": True}
 
+    def wait_for_output(self, timeout=None):
+        """Its last publishes came with its rows: nothing to wait for."""
+        return True
+
     def finish(self):
         """The simulated task returns (stopped): the watcher collects it."""
         self._done.set()

@@ -32,7 +32,7 @@ def versus_peer_ok(data):
 
 
 def dashboard_ok(data):
-    assert data["latency_samples"] > 0
+    assert data["latency_samples"] > 0 and data["logs_ratio"]["median"] > 0
 
 
 def simulated_scale_ok(data):

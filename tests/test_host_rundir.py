@@ -16,6 +16,7 @@ import tempfile
 import time
 import warnings
 
+import ipyparallel as ipp
 import pytest
 
 import workbench as wb
@@ -215,6 +216,52 @@ def test_a_run_another_kernel_picks_up_keeps_its_copy_current_and_forwards_the_c
         theirs = engine_tmpdir(tempfile.gettempdir(), profile, "*")
         wait_for(lambda: not sweep_engine_tmpdirs() and not glob.glob(theirs), 60,
                  lambda: f"the TMPDIRs of {profile}'s engines swept: {glob.glob(theirs)}")
+
+
+@ipp.interactive
+def saying_loss(y, p):
+    """The default loss, after a line on descriptor 2 from TensorFlow's C++ (``tf.print``) at every step."""
+    import sys
+
+    import keras
+    import tensorflow as tf
+
+    tf.print("the loss of a batch of", tf.shape(y)[0], output_stream=sys.stderr)
+    return keras.losses.sparse_categorical_crossentropy(y, p)
+
+
+def test_every_tasks_output_reaches_the_kernel_and_its_files_from_hosts_without_the_run_directory(cluster, bed):
+    """Issue 41.1 on hosts that do not see the run directory: each task's lines come to the
+    kernel live and are appended to the kernel's copy of its log file while it trains; at
+    the end that copy is the host's file, whole, and wb.load reads the lines back."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*do not see this kernel's run directory")
+        run = cluster.train(wb.models.mlp((16,)), wb.datasets.digits(), loss=saying_loss,
+                            strategy="multi_worker_mirrored", workers=2, global_batch_size=32, steps=100_000,
+                            checkpoint_every=0, seed=0, dashboard=False)
+    store = RunDir(run.run_dir)
+    workers = ("worker:0", "worker:1")
+
+    def copied():  # the lines of both tasks, in this machine's copy of their files
+        on_disk = store.read_logs({})
+        return all(sum(text == "the loss of a batch of 16" for _, _, text in on_disk.get(w, [])) > 20
+                   for w in workers)
+
+    wait_for(lambda: copied() or run.done, 120, lambda: (run.step, run.status, store.read_logs({}).keys()))
+    assert not run.done, run.error
+    live = run.logs()
+    assert {w: (live[live.task == w].line == "the loss of a batch of 16").sum() > 20 for w in workers} == \
+        {w: True for w in workers}
+    run.stop()
+    assert run.stopped, run.error
+    for task in run.tasks:
+        on_host = bed.ssh(task.host, f"cat {store.log_file(task.name)}")
+        assert on_host.returncode == 0, on_host.stderr
+        assert store.log_file(task.name).read_text() == on_host.stdout  # the host's, whole
+    loaded = wb.load(run.id).logs()
+    for w in workers:
+        said = loaded[(loaded.task == w) & (loaded.line == "the loss of a batch of 16")]
+        assert len(said) >= run.final_step and (said.stream == "err").all()
 
 
 def copied_step(store):

@@ -1,8 +1,9 @@
 """``python -m workbench train ...``: the notebook's training runs, headless, with a progress bar.
 
 ``runs`` lists the recorded runs, ``show RUN`` prints one (a unique prefix of its id is
-enough), ``stop RUN`` asks a running one to stop (keeping a checkpoint), ``resume RUN
---steps N`` continues one from its last checkpoint on a local cluster."""
+enough), ``logs RUN`` its tasks' output, ``stop RUN`` asks a running one to stop (keeping a
+checkpoint), ``resume RUN --steps N`` continues one from its last checkpoint on a local
+cluster."""
 
 import argparse
 import logging
@@ -40,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("runs", help="list the runs recorded under the workbench home, newest first")
     s = sub.add_parser("show", help="one recorded run: status, steps, loss, evaluation, events, checkpoint")
     s.add_argument("run", help="a run id, or a unique prefix of one")
+    lg = sub.add_parser("logs", help="a run's task output (stdout and stderr, TensorFlow's log included), "
+                        "a line each with its elapsed seconds, step and task")
+    lg.add_argument("run", help="a run id, or a unique prefix of one")
+    lg.add_argument("--task", default=None, help="one task's lines only, for example worker:1")
+    lg.add_argument("--last", type=int, default=None, help="only the newest N lines")
     st = sub.add_parser("stop", help="ask a running run to stop at its next agreed step, keeping a checkpoint, "
                         "and wait for its end")
     st.add_argument("run", help="a run id, or a unique prefix of one")
@@ -126,6 +132,16 @@ def describe(run: "Run") -> str:
         lines.append("  events         " + ", ".join(f"{k} x{v}" for k, v in counts.items()))
     lines.append(f"  run directory  {run.run_dir}")
     return "\n".join(lines)
+
+
+def logs(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
+    """The run's log lines (``run.logs()``), read from its files: a line each."""
+    import workbench as wb
+    from workbench.common import logs as tasklogs
+
+    run = wb.load(args.run)
+    out.write(tasklogs.text(run.logs(task=args.task, last=args.last)))
+    return run
 
 
 def stop(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
@@ -299,7 +315,8 @@ def summary(run: "Run") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    command = {"train": train, "runs": lambda a: list_runs(), "show": show, "stop": stop, "resume": resume}[args.command]
+    command = {"train": train, "runs": lambda a: list_runs(), "show": show, "logs": logs, "stop": stop,
+               "resume": resume}[args.command]
     try:
         command(args)
     except WorkbenchError as e:

@@ -75,6 +75,7 @@ TRAINING: tuple[Option, ...] = (
            cli_help="multi_worker_mirrored, parameter_averaging: fp16 | bf16 | int8 instead of 32 bits: the "
                     "all-reduce's precision (default: 32 bits)"),
     Option("anatomy", True, bool, "time the pieces of every step (run.anatomy())"),
+    Option("logs", True, bool, "capture every task's stdout and stderr, TensorFlow's C++ log included (run.logs())"),
 )
 COMPRESSION = ("fp16", "bf16", "int8")  # ``compression=``: what the all-reduce may send instead of float32
 BY_NAME: dict[str, Option] = {o.name: o for o in TRAINING}

@@ -208,6 +208,7 @@ class ServerResult(TypedDict):
     """What a parameter-server run's worker or PS task returns: its server is up."""
 
     server: str  # its target, "grpc://address:port"
+    log_offset: NotRequired[int]  # where its capture's lines begin in its log file (engine/entry.py), if it captures
     reused: bool  # the engine's server was already running for the same cluster
     events: list[PlacementEvent]
 

@@ -5,6 +5,7 @@ inventory the engines sent back; tests call them with made-up multi-host layouts
 """
 
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -56,8 +57,13 @@ def local_ranks(engines: Iterable[EngineInfo]) -> dict[int, int]:
     return ranks
 
 
-# the same on every engine; local engines set it at start, before importing TensorFlow
-STARTUP_ENV = {"GRPC_FAIL_FAST": "use_caller", "TF_CPP_MIN_LOG_LEVEL": "2"}
+def startup_env() -> dict[str, str]:
+    """What every engine sets before importing TensorFlow (local engines at their start):
+    ``GRPC_FAIL_FAST=use_caller`` (a lost peer is an error, not a hang) and TensorFlow's C++
+    log level, ``TF_CPP_MIN_LOG_LEVEL``: 2 (errors only) unless this process's environment
+    sets it (the kernel's, which local engines inherit: 0 shows TensorFlow's info lines in
+    the task logs, where its start-up notices are folded)."""
+    return {"GRPC_FAIL_FAST": "use_caller", "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
 
 
 def engine_tmpdir(tmp: str, cluster_tag: str, engine_id: int | str) -> str:
@@ -76,7 +82,7 @@ def engine_env(engines: Sequence[EngineInfo], cluster_tag: str) -> dict[int, dic
     ranks = local_ranks(engines)
     envs = {}
     for e in engines:
-        env = dict(STARTUP_ENV, TMPDIR=engine_tmpdir(e.tmp, cluster_tag, e.id))
+        env = dict(startup_env(), TMPDIR=engine_tmpdir(e.tmp, cluster_tag, e.id))
         if e.gpus:
             rank = ranks[e.id]
             env["CUDA_VISIBLE_DEVICES"] = str(e.gpus[rank]) if rank < len(e.gpus) else ""

@@ -42,6 +42,12 @@ def positive_float(name: str, value: object) -> float:
     return float(value)
 
 
+def finite_float(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not abs(value) < float("inf"):
+        raise invalid(name, value, "a finite number")
+    return float(value)
+
+
 def fraction(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
         raise invalid(name, value, "a number in [0, 1)")

@@ -20,6 +20,9 @@ def run_task(payload: bytes, task: Task) -> Union[TaskResult, ServerResult]:
     ``payload`` is the cloudpickled ``Job``: the model and data functions a notebook
     defines live in ``__main__`` and travel by value. The strategy's ``train`` gets the
     job and this task's ``TaskContext``; what it returns goes back to the kernel.
+
+    The task's stdout and stderr are captured meanwhile (``tasklogs``; ``job.logs``); a
+    server task's capture goes on after it returns, until the kernel ends it with the run.
     """
     import threading
 
@@ -27,7 +30,7 @@ def run_task(payload: bytes, task: Task) -> Union[TaskResult, ServerResult]:
 
     from workbench.common.roles import fingerprint
     from workbench.common.strategies import spec
-    from workbench.engine import control, strategies
+    from workbench.engine import control, strategies, tasklogs
     from workbench.engine.startup import inventory, start
 
     # the job may hold Keras classes (an optimizer's, a metric's): unpickling them imports
@@ -50,9 +53,20 @@ def run_task(payload: bytes, task: Task) -> Union[TaskResult, ServerResult]:
     ctx = TaskContext(task=task, name=name, is_chief=is_chief, task_row=row)
     before = set(_gradient_registry())
     control.begin()
+    if job.logs:
+        offset = tasklogs.begin(job.run_dir, name)
+    else:
+        tasklogs.end()
+    serving = False
     try:
-        return strategies.adapter(job.strategy).train(job, ctx)
+        result = strategies.adapter(job.strategy).train(job, ctx)
+        serving = "server" in result
+        if serving and job.logs:  # the kernel reads its lines from its file from there on (runs/watcher.py)
+            result["log_offset"] = offset
+        return result
     finally:
+        if not serving:
+            tasklogs.end()
         control.end()
         registry = _gradient_registry()
         for key in set(registry) - before:

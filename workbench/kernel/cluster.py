@@ -300,7 +300,7 @@ class Cluster:
               average_every: int | None = None, metrics: Sequence[str | Any] | None = None,
               eval_data: Data | tuple | Callable[[Any], Any] | None = None, stall_timeout: float = 60.0,
               start_timeout: float = 180.0, dashboard: bool | None = None, compression: str | None = None,
-              anatomy: bool = True) -> Run:
+              anatomy: bool = True, logs: bool = True) -> Run:
         """Start a training run on the engines and return its ``Run`` at once.
 
         ``strategy``: "multi_worker_mirrored" (sync all-reduce over ``workers`` engines),
@@ -335,6 +335,8 @@ class Cluster:
         rounding error back into the next step. ``anatomy``: time the pieces of every step
         (``run.anatomy()``). The bytes each step hands to the all-reduce (``comm_bytes`` in
         ``run.history``, and the dashboard's all-reduce line) are counted either way.
+        ``logs``: capture every task's stdout and stderr, TensorFlow's C++ log included
+        (``run.logs()``, the dashboard's Logs view, ``<run dir>/logs/<task>.log``).
         """
         self._require_running()
         self._require_idle()
@@ -346,7 +348,7 @@ class Cluster:
             steps_per_execution=steps_per_execution, checkpoint_every=checkpoint_every,
             eval_every=eval_every, variable_partitioner=variable_partitioner, devices=devices,
             average_every=average_every, metrics=metrics, eval_data=eval_data,
-            compression=compression, anatomy=anatomy,
+            compression=compression, anatomy=anatomy, logs=logs,
         )
         stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
         start_timeout = validate.positive_float("start_timeout", start_timeout)

@@ -2,6 +2,7 @@
 
     %wb                              this machine's clusters and runs (the Workbench panel's table)
     %wb load RUN                     wb.load(RUN), bound to ``run``
+    %wb logs RUN [--task T] [--last N]  the run's task output, a line each (run.logs())
     %wb stop RUN                     stop a running run at its next agreed step (checkpoint kept)
     %wb resume RUN --steps N         cluster.resume(RUN, steps=N) on this kernel's cluster, bound to ``run``
     %wb tensorboard RUN              TensorBoard on the run's logs (127.0.0.1); prints its URL
@@ -44,6 +45,11 @@ def _parser():
                        ("stop", "stop a running run at its next agreed step, keeping a checkpoint"),
                        ("tensorboard", "start TensorBoard on a run's logs and print its URL")):
         sub.add_parser(name, help=text, description=text).add_argument("run", help="a run id or a unique prefix")
+    lg = sub.add_parser("logs", help="print a run's task output (stdout and stderr, TensorFlow's log included)",
+                        description="print a run's task output, a line each with its elapsed seconds, step and task")
+    lg.add_argument("run", help="a run id or a unique prefix")
+    lg.add_argument("--task", default=None, help="one task's lines only, for example worker:1")
+    lg.add_argument("--last", type=int, default=None, help="only the newest N lines")
     r = sub.add_parser("resume", help="continue a recorded run from its last checkpoint on this kernel's cluster",
                        description="continue a recorded run from its last checkpoint on this kernel's cluster; "
                                    "binds the new run to `run`")
@@ -128,6 +134,13 @@ def _load(args, shell):
     print(f"run = {run!r}")
 
 
+def _logs(args, shell):
+    import workbench as wb
+    from workbench.common import logs as tasklogs
+
+    print(tasklogs.text(wb.load(args.run).logs(task=args.task, last=args.last)), end="")
+
+
 def _stop(args, shell):
     import workbench as wb
 
@@ -174,7 +187,7 @@ def _tensorboard(args, shell):
     print(f"TensorBoard for run {run_dir.name}: http://127.0.0.1:{port}/ (ends with this kernel)")
 
 
-_COMMANDS = {None: _overview, "load": _load, "stop": _stop, "resume": _resume, "tensorboard": _tensorboard}
+_COMMANDS = {None: _overview, "load": _load, "logs": _logs, "stop": _stop, "resume": _resume, "tensorboard": _tensorboard}
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:

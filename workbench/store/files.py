@@ -62,3 +62,16 @@ def read_lines(path: str | os.PathLike, offset: int = 0) -> tuple[list[dict], in
         except ValueError:
             continue
     return rows, offset + end
+
+
+def read_text_lines(path: str | os.PathLike, offset: int = 0) -> tuple[str, int]:
+    """The text of the complete lines of ``path`` after byte ``offset`` (undecodable bytes
+    replaced), and the offset to read from next: a line being appended is read once whole."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+    except OSError:
+        return "", offset
+    end = chunk.rfind(b"\n") + 1
+    return chunk[:end].decode("utf-8", errors="replace"), offset + end

@@ -93,11 +93,12 @@ class RunDir:
     cloudpickled job, so that any kernel can resume it), ``metrics/<task>.jsonl`` (a row per
     step and worker, and events), ``metrics/kernel.jsonl`` (the events the kernel watching
     the run noted: workers lost and replaced, faults injected on a test bed),
-    ``links.jsonl`` (a run on a test bed: its links' samples), ``checkpoints/``,
-    ``tensorboard/``, ``STOP`` (asks every task to stop at its next agreed step), and once
-    the run has ended ``result.json`` (``ResultRecord``) and ``weights.npz``. Whole files
-    are written atomically; the metrics files are appended to, a line at a time, by their
-    task (or kernel) alone."""
+    ``logs/<task>.log`` (the task's stdout and stderr, ``common/logs.py``), ``links.jsonl``
+    (a run on a test bed: its links' samples), ``checkpoints/``, ``tensorboard/``, ``STOP``
+    (asks every task to stop at its next agreed step), and once the run has ended
+    ``result.json`` (``ResultRecord``) and ``weights.npz``. Whole files are written
+    atomically; the metrics and log files are appended to, a line at a time, by their task
+    (or kernel) alone."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
@@ -140,6 +141,17 @@ class RunDir:
 
     def metrics_files(self) -> list[Path]:
         return sorted(self.metrics_dir.glob("*.jsonl"))
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    def log_file(self, task: str) -> Path:
+        """The stdout and stderr lines of task ``task`` ("worker:0")."""
+        return self.logs_dir / f"{task}.log"
+
+    def log_files(self) -> list[Path]:
+        return sorted(self.logs_dir.glob("*.log"))
 
     @property
     def checkpoints_dir(self) -> Path:
@@ -261,10 +273,34 @@ class RunDir:
                     events.append(row["event"])
         return {"rows": rows, "events": events}
 
+    def read_logs(self, offsets: dict[str, int]) -> dict[str, list[tuple[float, str, str]]]:
+        """``{task: [(time, stream, text), ...]}``: the lines appended to the log files since
+        ``offsets`` (per-file read offsets, updated in place), complete lines only."""
+        from workbench.common.logs import parse
+
+        out = {}
+        for path in self.log_files():
+            text, offsets[path.name] = files.read_text_lines(path, offsets.get(path.name, 0))
+            if text:
+                out[path.name[:-len(".log")]] = parse(text)
+        return out
+
+    def append_logs(self, task: str, lines: list[tuple[float, str, str]]) -> None:
+        """Append ``lines`` ((time, stream, text)) to task ``task``'s log file, as its engine
+        writes them: what a kernel received from a task whose host does not see this directory."""
+        from workbench.common.logs import format_line
+
+        if not lines:
+            return
+        path = self.log_file(task)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("".join(format_line(*line) for line in lines))
+
     def written_by(self, task: str, chief: bool) -> list[str]:
-        """What task ``task`` writes here (paths relative to the directory): its metrics file
-        and, the run's chief, checkpoints, TensorBoard logs and profiles."""
-        parts = [str(self.metrics_file(task).relative_to(self.path))]
+        """What task ``task`` writes here (paths relative to the directory): its metrics and
+        log files and, the run's chief, checkpoints, TensorBoard logs and profiles."""
+        parts = [str(self.metrics_file(task).relative_to(self.path)), str(self.log_file(task).relative_to(self.path))]
         if chief:
             parts += [d.name for d in (self.checkpoints_dir, self.tensorboard_dir, self.profiles_dir)]
         return parts
@@ -334,8 +370,10 @@ class RunDir:
 
     def read_by(self, task: str) -> list[str]:
         """What task ``task`` reads here when it starts (relative paths): the checkpoints a
-        resume restores, and its metrics file, which it appends to."""
-        return [self.checkpoints_dir.name, str(self.metrics_file(task).relative_to(self.path))]
+        resume restores, and its metrics and log files, which it appends to (the kernel's
+        copy of each is replaced by the host's at the end)."""
+        return [self.checkpoints_dir.name, str(self.metrics_file(task).relative_to(self.path)),
+                str(self.log_file(task).relative_to(self.path))]
 
     def truncate(self, step: int) -> None:
         """Drop the metrics rows and events after ``step`` (a resume starts after it): steps

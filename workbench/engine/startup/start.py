@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 
-from workbench.common.roles import STARTUP_ENV
+from workbench.common.roles import startup_env
 from workbench.engine.startup import inventory
 
 
@@ -66,7 +66,7 @@ _crash_log = None
 def main() -> None:
     report_crashes()
     if not inventory.gpus():
-        os.environ.update(STARTUP_ENV)
+        os.environ.update(startup_env())
         threading.Thread(target=_import_tensorflow, name=THREAD, daemon=True).start()
     from ipyparallel.engine.app import main as engine_main
 

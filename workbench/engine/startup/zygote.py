@@ -41,7 +41,7 @@ import socket
 import sys
 import threading
 
-from workbench.common.roles import STARTUP_ENV
+from workbench.common.roles import startup_env
 
 REFUSED = 3  # exit status: more than one thread at fork time
 _PR_SET_PDEATHSIG = 1
@@ -90,7 +90,7 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
     threading.Thread(target=_die_with_stand_in, args=(conn,), name="workbench-stand-in", daemon=True).start()
     os.environ.clear()
     os.environ.update(request["env"])
-    os.environ.update(STARTUP_ENV)  # as workbench.engine.startup.start sets them
+    os.environ.update(startup_env())  # as workbench.engine.startup.start sets them
     os.chdir(request["cwd"])
     from workbench.engine.startup.start import report_crashes
 

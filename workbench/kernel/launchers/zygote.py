@@ -14,7 +14,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from workbench.common.roles import STARTUP_ENV
+from workbench.common.roles import startup_env
 from workbench.kernel.engines.processes import reap
 
 
@@ -49,7 +49,7 @@ def start() -> Zygote | None:
     if not wanted():
         return None
     path = socket_path(os.getpid(), secrets.token_hex(4))
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", **STARTUP_ENV)  # no thread pool before the fork
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", **startup_env())  # no thread pool before the fork
     # TF's import talks on stderr: not in the kernel's. A session of its own, as ipyparallel
     # starts the controller and engine launchers: the engines it forks share its process
     # group, and a Ctrl-C in the kernel's terminal (which signals the terminal's whole
@@ -108,7 +108,7 @@ def start_remote(hosts: list[str], path: str, ssh: list[str], python: str, env: 
     command and its arguments up to the host): it serves while that process lives.
     Their output goes to this machine's temporary directory (``remove_leftovers``); a
     zygote refuses on hosts with GPUs, and engines there import TensorFlow themselves."""
-    variables = [f"{k}={v}" for k, v in {**env, "OPENBLAS_NUM_THREADS": "1", **STARTUP_ENV}.items()]
+    variables = [f"{k}={v}" for k, v in {**env, "OPENBLAS_NUM_THREADS": "1", **startup_env()}.items()]
     out = []
     for host in hosts:
         log = socket_path(os.getpid(), f"{secrets.token_hex(4)}-{host}") + ".log"

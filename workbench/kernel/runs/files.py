@@ -3,8 +3,9 @@ what those tasks write there on their own host reaches the kernel's copy while t
 trains, through ipyparallel, so that the panel, the CLI, other kernels and a resume find it
 here even if the host is lost before the end.
 
-- Metrics: the rows and events each task publishes (``publish_data``) are appended to its
-  metrics file here, as its engine writes them there.
+- Metrics and logs: the rows and events each task publishes (``publish_data``) are
+  appended to its metrics file here, and its stdout and stderr lines to its log file, as
+  its engine writes them there.
 - Checkpoints: the chief sends each checkpoint's files and the TensorBoard logs when it
   saves one (``engine/loop.save``); they are written here, the state file last, and the
   checkpoints its manager no longer keeps are deleted.
@@ -36,16 +37,17 @@ class Mirror:
         self._stop_forwarded = False
         self._failed = False  # writing here failed once (said once)
 
-    def take(self, name: str, data: Any, rows: list, events: list) -> str | None:
+    def take(self, name: str, data: Any, rows: list, events: list, lines: list = ()) -> str | None:
         """What task ``name`` published (``data``: its ``AsyncResult.data``), with the
-        ``rows`` and ``events`` in it that are new: appended to its metrics file, and files
-        it sent written here. Returns the error the first time writing here fails (a full
-        disk), else None."""
+        ``rows``, ``events`` and log ``lines`` (``common/logs.py``'s entries) in it that are
+        new: appended to its metrics and log files, and files it sent written here. Returns
+        the error the first time writing here fails (a full disk), else None."""
         if name not in self.names:
             return None
         sent = data.get(FILES) if data else None
         try:
             self.store.append_metrics(name, rows, events)
+            self.store.append_logs(name, [(t, stream, text) for t, _, stream, text, _ in lines])
             if sent:
                 rundir.write_files(str(self.store.path), sent["files"])
                 self.store.prune_checkpoints()

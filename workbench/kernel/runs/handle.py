@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from workbench.common import strategies
 from workbench.common.protocols import EventKind, Metrics, StepRow
-from workbench.errors import RunStateError, RunStopped, RunTimeout
+from workbench.errors import RunStateError, RunStopped, RunTimeout, invalid
 from workbench.kernel.runs.log import RunLog
 from workbench.kernel.runs.watcher import Watcher
 from workbench.store import RunDir
@@ -127,6 +127,27 @@ class BaseRun:
     def checkpoint_steps(self) -> list[int]:
         """The steps of the checkpoints the run's chief saved (those a resume can start from), in order."""
         return self.log.checkpoint_steps()
+
+    def logs(self, task: str | None = None, since: float | None = None, last: int | None = None) -> pd.DataFrame:
+        """Every task's stdout and stderr, TensorFlow's C++ log included, a row per line in
+        time order: ``time``, ``elapsed`` (seconds since the run started, as in ``history``),
+        ``step`` (the highest step reported by then), ``task``, ``stream`` ("out", "err"),
+        ``line``. The notices TensorFlow prints at every start are folded into one line per
+        task; ``<run dir>/logs/<task>.log`` keeps every line. ``task``: one task's lines
+        ("worker:1"); ``since``: only the lines after that many seconds; ``last``: only the
+        newest that many. Grows while the run trains (a live run keeps its last
+        ``common.logs.KEEP`` lines here)."""
+        from workbench.common import validate
+
+        names = [t.name for t in self.tasks]
+        if task is not None and task not in names:
+            raise invalid("task", task, f"one of the run's tasks: {', '.join(names)}")
+        if since is not None:
+            since = validate.finite_float("since", since)
+        if last is not None:
+            last = validate.positive_int("last", last, minimum=0)
+        return self.log.lines.frame(self.started, self.history, str(RunDir(self.run_dir).logs_dir), task, since,
+                                    last)
 
     def rows_since(self, cursor: int) -> tuple[list[StepRow], int]:
         """(rows that arrived after ``cursor``, the new cursor): the live dashboard's feed."""

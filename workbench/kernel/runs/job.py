@@ -28,7 +28,7 @@ def make_job(available: int | None, *, model: Callable, data: object, run_dir: s
 
 def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate, momentum, strategy, workers,
               ps, global_batch_size, steps, seed, steps_per_execution, checkpoint_every, eval_every,
-              variable_partitioner, devices, average_every, metrics, eval_data, compression, anatomy):
+              variable_partitioner, devices, average_every, metrics, eval_data, compression, anatomy, logs):
     strategy = validate.choice("strategy", strategy, strategies.names())
     spec = strategies.spec(strategy)
     workers, ps = spec.with_defaults(workers, ps)
@@ -59,8 +59,9 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
             raise invalid("compression", compression,
                           f"None with strategy={strategy!r} (only {_listed('compressible')} run an all-reduce to compress)")
         compression = validate.choice("compression", compression, COMPRESSION)
-    if not isinstance(anatomy, bool):
-        raise invalid("anatomy", anatomy, "True or False")
+    for name, value in (("anatomy", anatomy), ("logs", logs)):
+        if not isinstance(value, bool):
+            raise invalid(name, value, "True or False")
     sync = spec.synchronous
     replicas = spec.replicas(workers, devices)
     if global_batch_size % replicas:
@@ -105,7 +106,7 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
         stop_check_every=max(steps_per_execution, 10), variable_partitioner=variable_partitioner,
         devices=devices, average_every=average_every, metrics=metrics, accuracy=accuracy, eval_data=eval_data,
         loss_name=loss_name,
-        compression=compression, anatomy=anatomy,
+        compression=compression, anatomy=anatomy, logs=logs,
     )
 
 

@@ -7,7 +7,8 @@ ipyparallel while it trains, its result at the end, its metrics file in the run 
 (a recorded or re-attached run), the kernel's own notes. The log merges each row and event
 once, keeps them in arrival order for readers that take only what is new (the dashboard),
 and builds ``history``, ``events``, ``placement`` and ``anatomy`` from them, each rebuilt
-only when something new arrived. A live ``Run`` and a ``RecordedRun`` each own one; its
+only when something new arrived. Its ``lines`` (``common/logs.py``'s ``TaskLogs``) keep the tasks'
+stdout and stderr beside them. A live ``Run`` and a ``RecordedRun`` each own one; its
 ``merge`` is also the public way to feed rows (benchmarks, tests).
 """
 
@@ -18,6 +19,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, cast
 
+from workbench.common.logs import TaskLogs
 from workbench.common.protocols import Event, EventKind, Metrics, Published, StepRow
 from workbench.engine.metrics import unpack
 
@@ -37,6 +39,7 @@ class RunLog:
         self.started = started
         self.steps_per_execution = steps_per_execution
         self.links = links
+        self.lines = TaskLogs()  # the tasks' stdout and stderr
         self._lock = threading.Lock()
         self._rows: dict[tuple[str, int], StepRow] = {}  # (worker, step) -> its latest row
         self._log: list[StepRow] = []  # rows in arrival order (a row sent again with other values: twice)

@@ -25,6 +25,7 @@ from workbench.store import Home, Records, RunDir
 
 if TYPE_CHECKING:
     import numpy as np
+    import pandas as pd
 
     from workbench.common.job import Job
 
@@ -144,6 +145,7 @@ class RecordedRun(BaseRun):
         super().__init__(job, tasks, RunLog(started.get("started") or 0.0, job.steps_per_execution))
         self._book = Records(run_dir.parent.parent)
         self._offsets: dict[str, int] = {}
+        self._log_offsets: dict[str, int] = {}
         self._record: dict = {}
         self._result: dict = {}
         self.refresh()
@@ -210,6 +212,18 @@ class RecordedRun(BaseRun):
                 raise RunStopped(f"Run {self.id}: could not read its checkpoint at step {self.checkpoint}:\n"
                                  f"{out.stderr[-2000:]}")
             return _read_weights(path)
+
+    def logs(self, task: str | None = None, since: float | None = None, last: int | None = None) -> "pd.DataFrame":
+        """``Run.logs``, read from the run's log files."""
+        self.refresh().refresh_logs()
+        return super().logs(task, since, last)
+
+    def refresh_logs(self) -> "RecordedRun":
+        """Read the log lines written since the last read (into ``log.lines``; not done by
+        ``refresh``: a run's logs may be long, and are read when asked for)."""
+        for name, lines in RunDir(self.run_dir).read_logs(self._log_offsets).items():
+            self.log.lines.extend(name, lines)
+        return self
 
     def wait(self, timeout: float | None = None) -> "RecordedRun":
         """A recorded run is watched by the kernel that started it: wait for its

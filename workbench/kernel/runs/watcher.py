@@ -21,11 +21,14 @@ from typing import Any
 from IPython import get_ipython
 
 from workbench.common import payload, strategies
+from workbench.common.logs import LOGS, Line, parse
 from workbench.common.protocols import Metrics, ServerResult, TaskResult
+from workbench.engine import tasklogs
 from workbench.errors import EngineError, RunStalled, RunStopped
 from workbench.kernel.runs import files
 from workbench.kernel.runs.recovery import EngineWatch
 from workbench.store import ResultRecord, RunDir
+from workbench.store.files import read_text_lines
 
 _POLL = 0.05
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -71,6 +74,7 @@ class Watcher:
         self.finished: float | None = None
         self.done = threading.Event()
         self._tail = tail
+        self._files: dict[str, tuple[int, int]] = {}  # server task -> (offset, lines) read of its log file
         unshared = unshared or []
         # hosts whose engines do not see the run directory: what they write there is
         # copied here while the run trains, and when it ends (``files.pull_run_files``)
@@ -102,16 +106,35 @@ class Watcher:
         self.results[name] = ar
         self.outcome.pop(name, None)
         self.run.log.restart_source(name)  # the replacement counts its rows from 0
+        self.run.log.lines.restart(name)  # and its lines from 1
+        self._files.pop(name, None)  # its file is read from where its own capture began
 
     def _take(self, name: str, ar: Any) -> None:
         """What task ``name`` has published so far: merged, and mirrored into the run
         directory when its host does not see it."""
         data = ar.data
         rows, events = self.run.log.merge(data, name)
+        lines = self.run.log.lines.merge(name, data.get(LOGS) if data else None)
+        if "log_offset" in self.outcome.get(name, {}) and (self.mirror is None or name not in self.mirror.names):
+            lines += self.run.log.lines.merge(name, self._server_lines(name))
         if self.mirror is not None:
-            error = self.mirror.take(name, data, rows, events)
+            error = self.mirror.take(name, data, rows, events, lines)
             if error is not None:  # a full disk here does not end the run: said once
                 self.run.note("run_files_not_copied", error=error, step=self.run.step)
+
+    def _server_lines(self, name: str) -> list[Line]:
+        """The lines of server task ``name`` (a parameter-server worker or PS task) since
+        the last read, from its log file, numbered as its windows number them (the file
+        holds them in that order). Its capture goes on after its task returned, but what
+        it publishes then does not reach this kernel's ``AsyncResult.data`` (measured: its
+        engine's file grew, the kernel's window stayed at its first); on a host that does
+        not see the run directory those lines come with its capture's end, and its file
+        with the run's end. The file is read from where the task's capture began."""
+        offset, count = self._files.get(name) or (self.outcome[name]["log_offset"], 0)
+        text, offset = read_text_lines(RunDir(self.run.run_dir).log_file(name), offset)
+        lines = parse(text)
+        self._files[name] = (offset, count + len(lines))
+        return [(count + i + 1, *line) for i, line in enumerate(lines)]
 
     def _watch(self):
         enter_cell(self._cell)
@@ -154,6 +177,7 @@ class Watcher:
                     self._collect(name, ar)
             if self.error is not None:
                 self._abort()
+            self._end_captures()
             if self.mirror is not None:
                 self._pull_files()
             self.finished = time.time()
@@ -173,13 +197,14 @@ class Watcher:
 
     def _collect(self, name: str, ar: Any) -> None:
         run = self.run
-        if self.mirror is not None and name in self.mirror.names and ar.successful():
-            ar.wait_for_output(5)  # its last publishes (the final checkpoint) may come after its result
+        task = self._task(name)
+        if run.cluster.pool.alive(task.engine_id):
+            # its last publishes (its last log lines; the final checkpoint) may come after its result
+            ar.wait_for_output(5)
             self._take(name, ar)
         try:
             result = ar.get()
         except Exception as e:
-            task = self._task(name)
             if not run.cluster.pool.alive(task.engine_id):  # ipyparallel: "Engine N died while ..."
                 self.error = self.engines.lost(task)
                 return
@@ -209,6 +234,22 @@ class Watcher:
             time.sleep(_POLL)
         busy = [t.engine_id for t in self.run.tasks if not self.results[t.name].ready()]
         self.run.cluster.pool.condemn([t.engine_id for t in self.run.tasks], kill=busy)
+
+    def _end_captures(self):
+        """End the output capture of the run's server tasks (parameter-server workers and PS
+        tasks: their task returned when their server was up, their capture went on while
+        the run trained), on engines still there, and merge their last lines."""
+        run = self.run
+        ending = [(t.name, run.cluster.client[t.engine_id].apply_async(tasklogs.end)) for t in run.tasks
+                  if "server" in self.outcome.get(t.name, {}) and run.cluster.pool.alive(t.engine_id)]
+        deadline = time.monotonic() + 10
+        for name, ar in ending:
+            try:
+                lines = run.log.lines.merge(name, ar.get(timeout=max(0.1, deadline - time.monotonic())))
+            except Exception:  # noqa: BLE001 - an engine that does not answer ends its capture at its next task
+                continue
+            if self.mirror is not None and name in self.mirror.names:
+                self.mirror.take(name, None, [], [], lines)
 
     def _pull_files(self):
         """Copy what the tasks on hosts without the run directory wrote there (metrics files;

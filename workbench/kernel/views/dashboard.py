@@ -20,6 +20,7 @@ from workbench.common import figures, rates
 from workbench.kernel.runs.watcher import current_cell, enter_cell, leave_cell
 from workbench.kernel.views import fault_controls
 from workbench.kernel.views import livestats
+from workbench.kernel.views import logs
 from workbench.kernel.views import render
 from workbench.store import RunDir
 
@@ -147,6 +148,7 @@ class Dashboard:
         loss_box = W.VBox([W.HBox([self.x_choice, self.smooth]), self.loss_fig, loss_legend])
         thr_box = W.VBox([self.thr_text, self.thr_fig, thr_legend])
         self.faults = fault_controls.for_run(run)  # runs on a test bed: link down/up, slow, kill engines
+        self.logs = logs.LogsView(run)  # every task's output, among the run's events
         self.widget = W.VBox([
             header,
             W.HBox([self.progress, self.status, self.stop_button]),
@@ -154,7 +156,7 @@ class Dashboard:
             self.anatomy,
             self.model,
             W.HTML("<b>Device placement</b>"), self.placement,
-            self.engines, self.error, *([self.faults.widget] if self.faults else []),
+            self.engines, self.error, *([self.faults.widget] if self.faults else []), self.logs.widget,
         ])
         self.widget.add_class("wb-dashboard")
         self._redraw()
@@ -308,6 +310,7 @@ class Dashboard:
                                     ", ".join(f"{html.escape(k)} {v:,}" for k, v in per.items()) +
                                     f"</div><details><summary>table</summary>{table}</details>")
         self.engines.value = self._engines_text()
+        self.logs.update()
         if run.failure is not None and not self.error.value:
             self.error.value = (f"<b style='color:#b00'>Last error</b><pre style='white-space:pre-wrap'>"
                                 f"{html.escape(str(run.failure))}</pre>")

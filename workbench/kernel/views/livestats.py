@@ -12,14 +12,16 @@ import functools
 import warnings
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from workbench.common import figures
 from workbench.common.protocols import StepRow
 
-from workbench.common import figures
+if TYPE_CHECKING:
+    import pandas as pd
 
 PER_WORKER_LINES = 8  # one colour each (render.COLORS); more workers: aggregate + band
 RECENT_S = figures.RECENT_S  # the throughput text's window
@@ -218,3 +220,12 @@ def smoothed(values: ArrayLike, smoothing: float = SMOOTHING) -> np.ndarray:
     if s <= 0:
         return values.copy()
     return ema(ema(values, s)[::-1], s)[::-1]
+
+
+def per_worker(h: "pd.DataFrame", column: str) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """A static chart's lines of ``column`` of ``history`` ``h`` against the step: one per
+    worker, or past ``PER_WORKER_LINES`` workers their median and its 10-90% spread."""
+    if h.worker.nunique() <= PER_WORKER_LINES:
+        return [(w, g.step.values, g[column].values) for w, g in h.groupby("worker")]
+    q = h.groupby("step")[column].quantile([0.1, 0.5, 0.9]).unstack()
+    return [(f"workers {int(p * 100)}%", q.index.values, q[p].values) for p in (0.1, 0.5, 0.9)]

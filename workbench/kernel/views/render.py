@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 from workbench.common import figures
 from workbench.common.rates import format_rate
+from workbench.kernel.views import logs
 from workbench.kernel.views.checks import check_line
-from workbench.kernel.views.livestats import smoothed
+from workbench.kernel.views.livestats import per_worker, smoothed
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 ROLE_COLORS = {"chief": "#fde0c5", "ps": "#d4e6f9", "worker": "#d9f2d0", "local": "#eeeeee"}
@@ -403,8 +404,9 @@ def final_bundle(run: Any, status: str) -> dict[str, str]:
 
 
 def snapshot_html(run: Any, status: str, check: str | None = None) -> str:
-    """The whole dashboard as static HTML: status, speed figures, loss, throughput, placement.
-    ``check``: what a notebook test compares of it (``views/checks.py``), on its root element."""
+    """The whole dashboard as static HTML: status, speed figures, loss, throughput, placement,
+    the tasks' last log lines. ``check``: what a notebook test compares of it
+    (``views/checks.py``), on its root element."""
     h = run.history
     speed = ""
     if len(h) and run.job.global_batch_size:
@@ -416,22 +418,13 @@ def snapshot_html(run: Any, status: str, check: str | None = None) -> str:
              f'<b>workbench run {html.escape(run.id)}</b> · '
              f'{html.escape(status)}{speed}<div style="display:flex;flex-wrap:wrap;gap:8px">']
     if len(h):
-        many = h.worker.nunique() > 8  # livestats.PER_WORKER_LINES: past it, a median and its 10-90% spread
-        if many:
-            q = h.groupby("step").loss.quantile([0.1, 0.5, 0.9]).unstack()
-            series = [(f"workers {int(p * 100)}%", q.index.values, q[p].values) for p in (0.1, 0.5, 0.9)]
-        else:
-            series = [(w, g.step.values, g.loss.values) for w, g in h.groupby("worker")]
+        series = per_worker(h, "loss")
         glob = h.groupby("step").loss.mean()
         series.append(("global (smoothed)", glob.index.values, smoothed(glob.values)))
         ev = run.evaluations
         parts.append(svg_img(line_chart(series, "Loss", "step", "loss", points=[
             ("test accuracy", ev.step.values, ev.test_accuracy.values)] if len(ev) else ()), "loss chart"))
-        if many:
-            q = h.groupby("step").examples_per_s.quantile([0.1, 0.5, 0.9]).unstack()
-            thr = [(f"workers {int(p * 100)}%", q.index.values, q[p].values) for p in (0.1, 0.5, 0.9)]
-        else:
-            thr = [(w, g.step.values, g.examples_per_s.values) for w, g in h.groupby("worker")]
+        thr = per_worker(h, "examples_per_s")
         parts.append(svg_img(line_chart(thr, "Throughput per worker", "step", "examples/s"), "throughput chart"))
     parts.append("</div>")
     if len(h):
@@ -446,5 +439,6 @@ def snapshot_html(run: Any, status: str, check: str | None = None) -> str:
         if per:
             parts.append("<div>bytes of variables per task: " +
                          ", ".join(f"{html.escape(k)} {v:,}" for k, v in per.items()) + "</div>")
+    parts.append(logs.html(run, last=logs.SNAPSHOT))  # the tasks' last lines, among the events
     parts.append("</div>")
     return "".join(parts)
