@@ -32,6 +32,7 @@ class Inventory(TypedDict):
     gpus: list[int]
     cpus: int
     tmp: str
+    debug: dict  # its debug thread (``engine/debug.py``): {"target", "token", "pid"}
 
 
 class StepRow(TypedDict):
@@ -82,7 +83,7 @@ class VariableRow(TypedDict):
 
 EventKind = Literal["placement", "checkpoint", "eval", "profile", "worker_lost", "worker_replaced",
                     "worker_not_replaced", "injected", "run_dir_unshared", "run_files_not_copied",
-                    "engines_not_replaced"]
+                    "engines_not_replaced", "hang"]
 
 
 class _Event(TypedDict):
@@ -162,7 +163,19 @@ class HostEvent(_Event):
     error: NotRequired[str]
 
 
-Event = Union[PlacementEvent, CheckpointEvent, EvalEvent, ProfileEvent, TaskEvent, FaultEvent, HostEvent]
+class HangEvent(_Event):
+    """A synchronous run that stopped stepping, as the kernel read it (``common/hangs.py``):
+    the tasks the others wait for (``tasks``, none when the stacks did not tell), why, and
+    every task's stacks as text."""
+
+    kind: Literal["hang"]
+    step: int
+    tasks: list[str]
+    cause: str
+    stacks: dict[str, str]
+
+
+Event = Union[PlacementEvent, CheckpointEvent, EvalEvent, ProfileEvent, TaskEvent, FaultEvent, HostEvent, HangEvent]
 
 
 class Evaluation(TypedDict):

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from workbench.engine import build, control, keras_metrics, placement, rundir, shared_state
+from workbench.engine import build, control, debug, keras_metrics, placement, rundir, shared_state
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
 from workbench.store import RunDir
@@ -125,7 +125,10 @@ def prepare(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> Tra
     pub.event("placement", tasks=[dict(ctx.task_row, devices=placement.devices(ctx.task))],
               variables=placement.variables(model, ctx.task, opt))
     board = Board(job.run_dir, ctx.is_chief)
-    return Training(job, ctx, pub, model, opt, step, start, manager, board, keras_metrics.metrics(job))
+    t = Training(job, ctx, pub, model, opt, step, start, manager, board, keras_metrics.metrics(job))
+    # what a console on this engine sees while it trains (``run.console``)
+    debug.track(model=model, optimizer=opt, step=step, strategy=strategy, job=job, task=ctx, training=t)
+    return t
 
 
 def evaluate(t: Training, step: int) -> Evaluation | None:

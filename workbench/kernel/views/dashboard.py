@@ -17,6 +17,7 @@ from workbench.common import figures, rates
 from workbench.kernel.views import fault_controls
 from workbench.kernel.views import livestats
 from workbench.kernel.views import render
+from workbench.kernel.views import stacks_view
 from workbench.store import RunDir
 
 MIME_WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -141,6 +142,7 @@ class Dashboard:
         loss_box = W.VBox([W.HBox([self.x_choice, self.smooth]), self.loss_fig, loss_legend])
         thr_box = W.VBox([self.thr_text, self.thr_fig, thr_legend])
         self.faults = fault_controls.for_run(run)  # runs on a test bed: link down/up, slow, kill engines
+        self.stacks = stacks_view.StacksView(run)  # every task's stacks on demand
         self.widget = W.VBox([
             header,
             W.HBox([self.progress, self.status, self.stop_button]),
@@ -148,7 +150,7 @@ class Dashboard:
             self.anatomy,
             self.model,
             W.HTML("<b>Device placement</b>"), self.placement,
-            self.engines, self.error, *([self.faults.widget] if self.faults else []),
+            self.engines, self.error, self.stacks.widget, *([self.faults.widget] if self.faults else []),
         ])
         self.widget.add_class("wb-dashboard")
         self._redraw()
