@@ -174,8 +174,10 @@ class EngineWatch:
     def stalled(self, now: dict[str, hangs.TaskStacks], before: dict[str, hangs.TaskStacks] | None,
                 limit: float) -> RunStalled:
         """The error for a synchronous run without a step for ``limit`` s (its stall timeout):
-        the task(s) it waits for where the stacks tell, else where each task is."""
-        culprits = hangs.stuck(now, before)
+        the task(s) it waits for where the stacks tell, else where each task is. Without an
+        earlier sample (a stall timeout shorter than ``watcher.HANG_AFTER``), a task found in
+        the user's code after ``limit`` s without a step is taken as stuck there."""
+        culprits = hangs.stuck(now, before or now)
         if culprits:
             return self._hang_error(now, culprits, limit, f"stall_timeout {limit:.0f} s")
         run = self.run
