@@ -1,13 +1,13 @@
 """Inside a live run: every task's stacks on demand, a console in a task's engine while it
 trains, and a synchronous run that stops stepping named within seconds, with the task the
-others wait for and every task's stacks, for each of three causes: a worker stopped
-(SIGSTOP), a user's function that blocks forever, a peer whose TF server cannot be
-reached. A parameter-server run names a task that stops answering. Local engines here;
-across hosts in tests/test_host_faults.py."""
+others wait for and every task's stacks: a worker stopped (SIGSTOP), a user's function
+that blocks forever. A parameter-server run names a task that stops answering. (A peer
+whose TF server cannot be reached, a cut link: tests/test_host_faults.py on a bed.)"""
 
+import contextlib
 import os
+import re
 import signal
-import subprocess
 import time
 
 import ipyparallel as ipp
@@ -72,10 +72,19 @@ def test_stacks_and_a_console_of_a_live_run_while_it_trains(cluster):
         assert set(stacks) == {"worker:0", "worker:1"}
         table = stacks.table.set_index("task")
         assert list(table.state) == ["answered"] * 2 and set(table["read by"]) == {"debug thread"}, table
-        for name, text in stacks.items():  # every thread; the main one inside the training call
+        for name, text in stacks.items():  # every thread; the main one in the training loop
             assert "Thread 'MainThread' (main):" in text and "Thread 'workbench-debug'" not in text
-            assert "inside TensorFlow, executing __inference_run_steps" in table.loc[name, "where"]
-            assert "synchronous.py" in text and "[executing __inference_run_steps" in text
+            assert "synchronous.py" in text, text
+        # between two calls of the step the main thread runs the loop's Python (publishing
+        # rows): read again until each task has been seen inside the step's op
+        seen = set()
+
+        def in_the_step():
+            table = run.stacks().table
+            seen.update(table[table["where"].str.contains("inside TensorFlow, executing __inference_run_steps")].task)
+            return seen == {"worker:0", "worker:1"}
+
+        wait_for(in_the_step, 30, lambda: f"each task inside the step's op; seen {seen}")
         console = run.console("worker:1")
         first = int(console("int(step.numpy())"))
         wait_for(lambda: int(console("int(step.numpy())")) > first + 50, 60, lambda: "the step variable to advance")
@@ -103,16 +112,18 @@ def test_a_stopped_worker_is_named_stopped_not_dead_with_every_tasks_stacks(clus
     try:
         error, after = hang_named(run)
     finally:
-        os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):  # killed with the run's other engines
+            os.kill(pid, signal.SIGCONT)
     print(f"a stopped worker: named {after:.1f} s after its last step")
     message = str(error)
     assert (error.role, error.task) == ("worker", 1) and after < NAMED_WITHIN, message
-    assert f"worker:1 (engine {error.engine_id}, pid {pid}): its process is stopped (state T" in message
+    assert re.search(rf"worker:1 \(engine {error.engine_id} on \S+, pid {pid}\): its process is stopped \(state T",
+                     message), message
     assert "worker:0 waits for worker:1 inside TensorFlow, executing __inference_run_steps" in message
     assert "died" not in message
     assert set(error.stacks) == {"worker:0", "worker:1"} and "read by py-spy" in error.stacks["worker:1"]
     assert "synchronous.py" in error.stacks["worker:1"]  # where it was stopped
-    assert list(run.events.query("kind == 'hang'").tasks) == [["worker:1"]]
+    assert list(run.events.query("kind == 'hang'").stuck) == [["worker:1"]]
 
 
 @ipp.interactive
@@ -154,36 +165,6 @@ def test_a_users_function_that_blocks_is_named_with_its_line(cluster):
     assert "<- your code" in error.stacks["worker:1"] and "<- your code" not in error.stacks["worker:0"]
 
 
-class DroppedPort:
-    """Packets to a local TCP port dropped (an iptables rule: this machine's kernel has no
-    netem and no tc actions): a TF server no one here can reach any more, its process alive
-    and its engine's heartbeat answering."""
-
-    def __init__(self, port):
-        self.rule = ["INPUT", "-i", "lo", "-p", "tcp", "--dport", str(port), "-j", "DROP",
-                     "-m", "comment", "--comment", "workbench test_hangs"]
-        subprocess.run(["iptables-legacy", "-I", *self.rule], check=True)
-
-    def remove(self):
-        subprocess.run(["iptables-legacy", "-D", *self.rule], check=True)
-
-
-def test_a_peer_that_cannot_be_reached_is_named_unreachable(cluster):
-    run = mwms(cluster)
-    task = next(t for t in run.tasks if t.name == "worker:1")
-    dropped = DroppedPort(int(task.target.rsplit(":", 1)[1]))
-    try:
-        error, after = hang_named(run)
-    finally:
-        dropped.remove()
-    print(f"an unreachable peer: named {after:.1f} s after its last step")
-    message = str(error)
-    assert (error.role, error.task) == ("worker", 1) and after < NAMED_WITHIN, message
-    assert f"its host is unreachable: {task.target} does not answer from here" in message
-    assert "worker:0 waits for worker:1 inside TensorFlow" in message
-    assert "Thread 'MainThread' (main):" in error.stacks["worker:1"], "its stacks read all the same"
-
-
 def test_a_stopped_parameter_server_is_named_stopped(cluster):
     """A parameter-server run whose PS task stops answering: its steps would wait for it."""
     run = cluster.train(MLP, DIGITS, strategy="parameter_server", workers=1, ps=1, global_batch_size=64,
@@ -195,5 +176,6 @@ def test_a_stopped_parameter_server_is_named_stopped(cluster):
         with pytest.raises(wb.EngineError) as info:
             run.wait(timeout=60)
     finally:
-        os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):  # killed with the run's other engines
+            os.kill(pid, signal.SIGCONT)
     assert str(info.value).startswith("ps:0 (engine ") and "its process is stopped (state T" in str(info.value)

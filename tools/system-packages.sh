@@ -17,8 +17,6 @@ need /usr/bin/ssh-keygen openssh-client
 need /usr/sbin/tc iproute2
 need /usr/bin/unshare util-linux
 need /usr/bin/nsenter util-linux
-# a local TF server made unreachable (tests/test_hangs.py: this kernel has no netem, no tc actions)
-need /usr/sbin/iptables-legacy iptables
 # MPI and Slurm across those hosts (tests/test_launchers.py; testbed/slurm.py checks Slurm's)
 need mpiexec openmpi-bin
 need /usr/sbin/slurmctld slurm-wlm

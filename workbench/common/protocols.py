@@ -165,12 +165,12 @@ class HostEvent(_Event):
 
 class HangEvent(_Event):
     """A synchronous run that stopped stepping, as the kernel read it (``common/hangs.py``):
-    the tasks the others wait for (``tasks``, none when the stacks did not tell), why, and
-    every task's stacks as text."""
+    the tasks the others wait for (``stuck``, none when the stacks did not tell; not
+    ``tasks``, which other events give as rows), why, and every task's stacks as text."""
 
     kind: Literal["hang"]
     step: int
-    tasks: list[str]
+    stuck: list[str]
     cause: str
     stacks: dict[str, str]
 

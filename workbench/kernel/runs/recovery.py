@@ -194,7 +194,7 @@ class EngineWatch:
 
     def _error(self, text, now, culprits, **where):
         texts = {name: s.text() for name, s in now.items()}
-        self.run.note("hang", step=self.run.step, tasks=[s.task for s in culprits], cause=text, stacks=texts)
+        self.run.note("hang", step=self.run.step, stuck=[s.task for s in culprits], cause=text, stacks=texts)
         shown = "\n".join(s.text(last=SHOWN_FRAMES) for s in now.values())
         return RunStalled(f"{text}. The run stopped; {self._resume()}. run.resume() continues it on fresh engines. "
                           f"Each task's stacks (the main thread's and any in your code; all of them in the "
