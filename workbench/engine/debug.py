@@ -15,8 +15,8 @@ inventory):
 - ``exec``: Python run in a namespace that holds the running task's objects (``model``,
   ``optimizer``, ``step``, ``strategy``, ``job``, ``task``; ``live``), for ``run.console``.
 
-It costs an idle thread blocked in ``accept``; a stack dump formats ~10 ms of frames
-(bench/stacks.py). One request per connection, a JSON line each way.
+It costs an idle thread blocked in ``accept`` until asked. One request per connection, a
+JSON line each way.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def run_code(code: str) -> dict[str, Any]:
     try:
         tree = ast.parse(code, "<console>", "exec")
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        exec(compile(tree, "<console>", "exec"), namespace)
+        exec(compile(tree, "<console>", "exec"), namespace)  # noqa: S102 - the console's purpose
         value = eval(compile(ast.Expression(last.value), "<console>", "eval"), namespace) if last else None
     except BaseException:  # noqa: BLE001 - the user's error, shown in their console
         return {"output": out.getvalue(), "error": traceback.format_exc()}

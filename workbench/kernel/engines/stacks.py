@@ -2,20 +2,19 @@
 
 Each engine runs a debug thread (``workbench/engine/debug.py``) on its own address: the
 kernel asks it over TCP, on any host it reaches TF ports on (SSH, MPI and Slurm hosts
-alike), in ~10 ms of the engine's time. A process that cannot answer is told apart:
+alike). A process that cannot answer is told apart:
 
 - a local engine stopped (``/proc/<pid>/stat`` state T) or holding the GIL: read from
-  outside by ``py-spy dump --nonblocking`` (0.02-0.05 s here, on a zygote's forked engine
-  too, stopped or not; ``--native`` takes 2.5-3.2 s and shows the main thread waiting in
-  ``ProcessFunctionLibraryRuntime::RunSync``, no op: not used);
+  outside by ``py-spy dump --nonblocking`` (a zygote's forked engine too, stopped or not;
+  ``--native`` shows the main thread waiting inside TensorFlow's runtime, not which
+  collective: not used);
 - a remote engine whose TF port does not answer from here: unreachable (its host down or
   cut off), its stack unreadable from here as from its peers;
 - a remote engine that answers on its TF port but not on its debug thread: not answering.
 
-Measured choices (bench/stacks.py has the numbers): ``faulthandler`` on a signal writes
-in 1 ms, but into the engine's own log on its own host, and a stopped process runs no
-handler; TensorFlow's collectives are asynchronous, so no native stack names the one a
-task waits in (``common/hangs.py``).
+Why not ``faulthandler`` on a signal: it writes into the engine's own log on its own host,
+and a stopped process runs no handler. TensorFlow's collectives are asynchronous, so no
+native stack names the one a task waits in (``common/hangs.py``).
 """
 
 from __future__ import annotations
@@ -28,11 +27,11 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from workbench.common.hangs import ANSWERED, GONE, NOT_ANSWERING, STOPPED, UNREACHABLE, TaskStacks
+from workbench.common.hangs import GONE, NOT_ANSWERING, STOPPED, UNREACHABLE, TaskStacks
 from workbench.common.pids import alive
 from workbench.kernel.engines.health import answer
 
-TIMEOUT = 2.0  # s for a debug thread to answer: it formats ~10 ms of frames
+TIMEOUT = 2.0  # s for a debug thread to answer
 
 
 def ask(channel: dict[str, Any], request: dict[str, Any], timeout: float = TIMEOUT) -> dict[str, Any]:
@@ -121,11 +120,12 @@ def _py_spy(s: TaskStacks) -> TaskStacks:
     """``s`` with its stacks read from outside by py-spy, where it is installed."""
     exe = shutil.which("py-spy")
     if exe is None:
-        s.note = (s.note + "; " if s.note else "") + "py-spy is not installed here, which reads a stopped process's stack"
+        s.note = ((s.note + "; " if s.note else "")
+                  + "py-spy, which reads a stopped process's stack, is not installed here (pip install py-spy)")
         return s
     try:
         out = subprocess.run([exe, "dump", "--nonblocking", "--pid", str(s.pid)], capture_output=True, text=True,
-                             timeout=10)
+                             timeout=10, check=False)
     except subprocess.TimeoutExpired:
         s.note = (s.note + "; " if s.note else "") + "py-spy took more than 10 s"
         return s

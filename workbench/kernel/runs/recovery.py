@@ -59,11 +59,10 @@ class EngineWatch:
             busy = name in self._threads and self._threads[name].is_alive()
             if busy or (name, t.engine_id) in self._noted:
                 continue
-            if self.run.cluster.pool.alive(t.engine_id):
-                # a stopped task holds a parameter-server run's closures; a synchronous run's
-                # hang is named with every task's stacks (``hang``)
-                if not (self.replace_workers and self.stopped(t)):
-                    continue
+            # alive: a stopped task holds a parameter-server run's closures (named here); a
+            # synchronous run's hang is named with every task's stacks (``hang``)
+            if self.run.cluster.pool.alive(t.engine_id) and not (self.replace_workers and self.stopped(t)):
+                continue
             if not (self.replace_workers and t.role == "worker"):
                 return self.lost(t)
             self.run.note("worker_lost", task=name, engine=t.engine_id, step=self.run.step,

@@ -24,7 +24,7 @@ from IPython import get_ipython
 
 from workbench.common import payload, strategies
 from workbench.common.protocols import Metrics, ServerResult, TaskResult
-from workbench.errors import EngineError, RunStalled, RunStopped
+from workbench.errors import EngineError, RunStopped
 from workbench.kernel.runs import files
 from workbench.kernel.runs.recovery import EngineWatch
 from workbench.store import ResultRecord, RunDir
