@@ -12,10 +12,11 @@ import time
 
 import ipyparallel as ipp
 import pytest
+from checks import wait_for
 from IPython.core.interactiveshell import InteractiveShell
 
 import workbench as wb
-from checks import wait_for
+from workbench.kernel.views.stacks_view import StacksView
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -65,14 +66,14 @@ def hang_named(run):
     return info.value, named
 
 
-def test_stacks_and_a_console_of_a_live_run_while_it_trains(cluster):
+def test_stacks_and_a_console_of_a_live_run_while_it_trains(cluster, capsys):
     run = mwms(cluster)
     try:
         stacks = run.stacks()
         assert set(stacks) == {"worker:0", "worker:1"}
         table = stacks.table.set_index("task")
         assert list(table.state) == ["answered"] * 2 and set(table["read by"]) == {"debug thread"}, table
-        for name, text in stacks.items():  # every thread; the main one in the training loop
+        for text in stacks.values():  # every thread; the main one in the training loop
             assert "Thread 'MainThread' (main):" in text and "Thread 'workbench-debug'" not in text
             assert "synchronous.py" in text, text
         # between two calls of the step the main thread runs the loop's Python (publishing
@@ -96,7 +97,14 @@ def test_stacks_and_a_console_of_a_live_run_while_it_trains(cluster):
             run.console("worker:7")
         shell = InteractiveShell.instance()
         shell.run_line_magic("load_ext", "workbench")
+        capsys.readouterr()
         shell.run_cell_magic("wb", f"on worker:0 {run.id}", "print(task.name, optimizer.iterations.numpy() > 0)")
+        shell.run_line_magic("wb", f"stacks {run.id}")
+        out = capsys.readouterr().out
+        assert out.startswith("worker:0 True\n--- worker:0 (engine ") and "\n--- worker:1 (engine " in out, out
+        view = StacksView(run)  # the dashboard's Stacks button
+        view.button.click()
+        assert view.output.value.count("<details>") == 2 and "worker:1" in view.output.value, view.output.value
         assert run.step > first and not run.done, "the run trained on throughout"
     finally:
         run.stop()
