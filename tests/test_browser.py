@@ -133,7 +133,8 @@ def _check_what_a_person_sees(page, home, shots):
         dash.scroll_into_view_if_needed()
         dash.screenshot(path=str(shots / f"dashboard-{i}.png"))
         run_id = re.search(r"workbench run (\S+)", text_of(page, ".wb-dashboard", i)).group(1)
-        first_run = first_run if i else run_id
+        if i == 0:
+            first_run = run_id
         h = wb.history(run_id, home=home)
         median = float(np.median(h.examples_per_s))
         charts = layout(page, ".wb-dashboard", i, ".wb-throughput", ".wb-throughput-legend")["charts"]

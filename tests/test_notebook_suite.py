@@ -152,4 +152,4 @@ def test_a_folder_of_notebooks_shares_one_cluster_that_stops_at_the_end(tmp_path
                 or ("reaper" in cmd and str(session) in cmd))
 
     left = [(p.pid, " ".join(p.info["cmdline"] or [])[:120]) for p in psutil.process_iter(["cmdline"]) if ours(p)]
-    assert not left, f"processes of the session's cluster {tag} left running: {left}"
+    assert not left, f"processes of the session's clusters {sorted(tags)} left running: {left}"

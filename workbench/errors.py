@@ -31,16 +31,19 @@ class EngineError(WorkbenchError):
     """User or TensorFlow code failed on an engine.
 
     ``role``, ``task`` and ``engine_id`` say where; ``remote_traceback`` is the
-    engine's own traceback text.
+    engine's own traceback text; ``stacks``, where the kernel read them as the run failed
+    (a lost or hung task), every task's stacks as text, by task name.
     """
 
     def __init__(self, message: str, *, role: str | None = None, task: int | None = None,
-                 engine_id: int | None = None, remote_traceback: str = "") -> None:
+                 engine_id: int | None = None, remote_traceback: str = "",
+                 stacks: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.role = role
         self.task = task
         self.engine_id = engine_id
         self.remote_traceback = remote_traceback
+        self.stacks = stacks or {}
 
 
 class ProfilerCrashed(EngineError):
@@ -54,7 +57,10 @@ class ProfilerCrashed(EngineError):
 
 
 class RunStalled(EngineError, TimeoutError):
-    """A synchronous run made no progress for longer than its stall timeout."""
+    """A synchronous run stopped stepping: a task stopped, unreachable or stuck in the
+    user's code while its peers waited for it (named within seconds: ``role``, ``task``
+    and ``engine_id`` say which), or no step for longer than its stall timeout (the last
+    resort). ``stacks``: every task's stacks as text when the run stopped, by task name."""
 
 
 class RunStopped(WorkbenchError):

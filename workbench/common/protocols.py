@@ -33,6 +33,7 @@ class Inventory(TypedDict):
     cpus: int
     tmp: str
     tf_state: Fingerprint | None  # of the last task it ran (``roles.fingerprint``); None: no TF state yet
+    debug: dict  # its debug thread (``engine/startup/debug.py``): {"target", "token", "pid"}
 
 
 class StepRow(TypedDict):
@@ -83,7 +84,7 @@ class VariableRow(TypedDict):
 
 EventKind = Literal["placement", "checkpoint", "eval", "profile", "worker_lost", "worker_replaced",
                     "worker_not_replaced", "injected", "run_dir_unshared", "run_files_not_copied",
-                    "engines_not_replaced"]
+                    "engines_not_replaced", "hang"]
 
 
 class _Event(TypedDict):
@@ -163,7 +164,19 @@ class HostEvent(_Event):
     error: NotRequired[str]
 
 
-Event = Union[PlacementEvent, CheckpointEvent, EvalEvent, ProfileEvent, TaskEvent, FaultEvent, HostEvent]
+class HangEvent(_Event):
+    """A synchronous run that stopped stepping, as the kernel read it (``common/hangs.py``):
+    the tasks the others wait for (``stuck``, none when the stacks did not tell; not
+    ``tasks``, which other events give as rows), why, and every task's stacks as text."""
+
+    kind: Literal["hang"]
+    step: int
+    stuck: list[str]
+    cause: str
+    stacks: dict[str, str]
+
+
+Event = Union[PlacementEvent, CheckpointEvent, EvalEvent, ProfileEvent, TaskEvent, FaultEvent, HostEvent, HangEvent]
 
 
 class Evaluation(TypedDict):

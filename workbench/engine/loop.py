@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from workbench.engine import build, control, keras_metrics, placement, rundir
+from workbench.engine.startup import debug
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
 from workbench.store import RunDir
@@ -123,7 +124,10 @@ def prepare(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> Tra
     pub.event("placement", tasks=[dict(ctx.task_row, devices=placement.devices(ctx.task))],
               variables=placement.variables(model, ctx.task, opt))
     board = Board(job.run_dir, ctx.is_chief)
-    return Training(job, ctx, pub, model, opt, step, start, manager, board, keras_metrics.metrics(job))
+    t = Training(job, ctx, pub, model, opt, step, start, manager, board, keras_metrics.metrics(job))
+    # what a console on this engine sees while it trains (``run.console``)
+    debug.track(model=model, optimizer=opt, step=step, strategy=strategy, job=job, task=ctx, training=t)
+    return t
 
 
 def evaluate(t: Training, step: int) -> Evaluation | None:

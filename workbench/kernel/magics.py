@@ -6,9 +6,11 @@
     %wb stop RUN                     stop a running run at its next agreed step (checkpoint kept)
     %wb resume RUN --steps N         cluster.resume(RUN, steps=N) on this kernel's cluster, bound to ``run``
     %wb tensorboard RUN              TensorBoard on the run's logs (127.0.0.1); prints its URL
+    %wb stacks RUN                   every task's stacks, read now while the run trains (run.stacks())
+    %%wb on TASK [RUN]               the cell's code run inside TASK's engine while it trains (run.console)
     %wb --help, %wb COMMAND --help
 
-RUN is a run id or a unique prefix of one. Errors are the API's, shown without a traceback.
+RUN is a run id or a unique prefix of one (for ``on``: by default this kernel's one live run). Errors are the API's, shown without a traceback.
 (IPython finds extensions by module name, so this lives in the package, beside the rest of
 what runs in the kernel, rather than in ``extensions/``.)
 """
@@ -43,7 +45,8 @@ def _parser():
     sub = p.add_subparsers(dest="command")
     for name, text in (("load", "load a recorded run and bind it to `run`"),
                        ("stop", "stop a running run at its next agreed step, keeping a checkpoint"),
-                       ("tensorboard", "start TensorBoard on a run's logs and print its URL")):
+                       ("tensorboard", "start TensorBoard on a run's logs and print its URL"),
+                       ("stacks", "show every task's stacks, read now while the run trains")):
         sub.add_parser(name, help=text, description=text).add_argument("run", help="a run id or a unique prefix")
     lg = sub.add_parser("logs", help="print a run's task output (stdout and stderr, TensorFlow's log included)",
                         description="print a run's task output, a line each with its elapsed seconds, step and task")
@@ -58,17 +61,26 @@ def _parser():
     r.add_argument("--workers", type=int, default=None, help="another number of workers, where the strategy allows")
     r.add_argument("--ps", type=int, default=None, help="another number of PS tasks (parameter_server)")
     r.add_argument("--cluster", default=None, help="the name of the wb.Cluster variable, when several run")
+    o = sub.add_parser("on", help="(cell magic: %%%%wb on TASK) run the cell inside a task's engine while it trains",
+                       description="%%%%wb on TASK [RUN]: run the cell's code inside TASK's engine (a console beside "
+                                   "its training: model, optimizer, step, strategy, job, task are names there)")
+    o.add_argument("task", help="a task of the run, e.g. worker:1")
+    o.add_argument("run", nargs="?", default=None, help="a live run's id or prefix (default: this kernel's one live run)")
     return p
 
 
-def wb(line: str, shell: InteractiveShell) -> Any:
-    """The ``%wb`` line magic."""
+def wb(line: str, shell: InteractiveShell, cell: str | None = None) -> Any:
+    """The ``%wb`` line magic, and ``%%wb on TASK`` with a ``cell``."""
     from IPython.core.error import UsageError
 
     from workbench.errors import WorkbenchError
 
     try:
         args = _parser().parse_args(shlex.split(line))
+        if (cell is None) == (args.command == "on"):
+            raise _Usage("%wb: 'on TASK' is the cell magic %%wb on TASK, and the cell magic takes only 'on'")
+        if cell is not None:
+            return _on(args, cell)
         return _COMMANDS[args.command](args, shell)
     except _Done:
         return None
@@ -187,8 +199,36 @@ def _tensorboard(args, shell):
     print(f"TensorBoard for run {run_dir.name}: http://127.0.0.1:{port}/ (ends with this kernel)")
 
 
-_COMMANDS = {None: _overview, "load": _load, "logs": _logs, "stop": _stop, "resume": _resume, "tensorboard": _tensorboard}
+def _live(run_id):
+    """A run live in this kernel: ``run_id`` (or prefix), else this kernel's one live run."""
+    import workbench as wb
+    from workbench.kernel.engines import live
+
+    if run_id is not None:
+        run = wb.load(run_id)
+        if run.done or not hasattr(run, "stacks"):
+            raise _Usage(f"%wb: run {run.id} is not live in this kernel ({getattr(run, 'status', 'done')})")
+        return run
+    runs = [r for c in live.clusters() for r in c.runs if not r.done]
+    if len(runs) != 1:
+        raise _Usage(f"%wb: this kernel has {len(runs)} live runs: name one (a run id or prefix)")
+    return runs[0]
+
+
+def _stacks(args, shell):
+    from IPython.display import display
+
+    display(_live(args.run).stacks())
+
+
+def _on(args, cell):
+    print(_live(args.run).console(args.task)(cell), end="")
+
+
+_COMMANDS = {None: _overview, "load": _load, "logs": _logs, "stop": _stop, "resume": _resume, "tensorboard": _tensorboard,
+             "stacks": _stacks}
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:
-    ipython.register_magic_function(lambda line: wb(line, ipython), magic_kind="line", magic_name="wb")
+    ipython.register_magic_function(lambda line, cell=None: wb(line, ipython, cell), magic_kind="line_cell",
+                                    magic_name="wb")

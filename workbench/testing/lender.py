@@ -27,7 +27,6 @@ import shutil
 import tempfile
 import threading
 from multiprocessing.connection import Listener
-from typing import Any
 
 from workbench.engine.startup import inventory
 from workbench.kernel.cluster import Cluster

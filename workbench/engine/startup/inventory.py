@@ -22,9 +22,12 @@ def report(controller_host: str = "127.0.0.1") -> Inventory:
     The address is the local end of the route to the controller: the interface the
     engine's peers (on the controller's network) can reach it on.
     """
+    from workbench.engine.startup import debug
+
+    address = _route_address(controller_host)
     return {
         "host": socket.gethostname(),
-        "address": _route_address(controller_host),
+        "address": address,
         # an engine forked by a zygote on an SSH host: its launcher's process, which it lives and dies with
         "pid": int(os.environ.get("WORKBENCH_LAUNCHER_PID") or os.getpid()),
         "port": free_port(),
@@ -32,6 +35,7 @@ def report(controller_host: str = "127.0.0.1") -> Inventory:
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "tmp": tempfile.gettempdir(),
         "tf_state": tf_state(),
+        "debug": debug.serve(address),  # where the kernel asks for its stacks while it trains
     }
 
 

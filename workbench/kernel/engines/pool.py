@@ -83,6 +83,7 @@ class EnginePool:
         self._controller_host = controller_host
         self._info: dict[int, roles.EngineInfo] = {}
         self._env: dict[int, dict] = {}  # engine id -> environment set before TF import
+        self._debug: dict[int, dict] = {}  # engine id -> its debug thread (``debug_channel``)
         self._state: dict[int, TFState] = {}
         self._retired: set[int] = set()  # engine ids replaced by recycling
         self._busy: set[int] = set()  # attached: engines busy with a run of another kernel
@@ -111,6 +112,13 @@ class EnginePool:
 
     def state(self, engine_id: int) -> TFState:
         return self._state.get(engine_id, FRESH)
+
+    def debug_channel(self, engine_id: int) -> dict | None:
+        """Where engine ``engine_id``'s debug thread listens (``engine/startup/debug.py``):
+        ``{"target", "token", "pid"}``, its process's own PID (on an SSH host whose engines
+        fork from a zygote ``EngineInfo.pid`` is the launcher's stand-in); None for an
+        engine whose inventory this kernel did not take (an attached run's busy engines)."""
+        return self._debug.get(engine_id)
 
     def env(self, engine_id: int) -> dict:
         """The environment engine ``engine_id`` got before importing TF."""
@@ -154,6 +162,7 @@ class EnginePool:
                 id=eid, host=r["host"], address=r["address"], pid=r["pid"], port=port,
                 gpus=tuple(r["gpus"]), cpus=r["cpus"], tmp=r["tmp"],
             )
+            self._debug[eid] = r["debug"]
             # what it holds from an earlier kernel's run (an attached or shared cluster)
             self._state[eid] = TFState(r.get("tf_state"))
         # GPU ranks are by engine id per host, so engines that join later do not move others'
@@ -340,6 +349,7 @@ class EnginePool:
             del self._info[e]
             self._state.pop(e, None)
             self._env.pop(e, None)
+            self._debug.pop(e, None)
         keep = set(self._info)
 
         def fresh():

@@ -23,6 +23,7 @@ from workbench.store import RunDir
 if TYPE_CHECKING:
     import pandas as pd
 
+    from workbench.kernel.engines.stacks import Console, Stacks
     from workbench.kernel.runs.explain import Explanation
     from workbench.kernel.views.dashboard import Dashboard
 
@@ -341,6 +342,27 @@ class Run(BaseRun):
                                f"{'the run ended' if self.done else f'{timeout} s'} (start step {start})")
         cols = ["task", "first", "last", "steps", "input", "compute", "communication", "ops", "logdir"]
         return pd.DataFrame(rows)[cols].sort_values("task").reset_index(drop=True)
+
+    def stacks(self, timeout: float = 2.0) -> Stacks:
+        """Every task's Python stacks, all threads, read now while the run trains (each
+        engine's debug thread; a stopped local process by py-spy): ``{task: text}``, with
+        ``.table`` saying where each task is (in the user's code, inside TensorFlow and the
+        op it executes, stopped, unreachable). ``kernel/engines/stacks.py`` says how."""
+        from workbench.kernel.engines import stacks
+
+        return stacks.Stacks(stacks.read(self.cluster.pool, list(self.tasks), timeout))
+
+    def console(self, task: str) -> Console:
+        """A Python console inside task ``task``'s engine ("worker:1") while it trains:
+        ``run.console("worker:1")("step.numpy()")``; its ``model``, ``optimizer``, ``step``,
+        ``strategy``, ``job`` and ``task`` are names there (``%%wb on worker:1`` in a cell)."""
+        from workbench.errors import invalid
+        from workbench.kernel.engines import stacks
+
+        names = [t.name for t in self.tasks]
+        if task not in names:
+            raise invalid("task", task, f"one of this run's tasks: {', '.join(names)}")
+        return stacks.Console(self.cluster.pool, next(t for t in self.tasks if t.name == task))
 
     @property
     def final_step(self) -> int:

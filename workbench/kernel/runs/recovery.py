@@ -6,23 +6,31 @@ worker's steps on the others and keeps dialling the lost address. The workbench 
 something to find: a fresh engine on the same port, running the same worker task (its
 TF server), started in the background while the run goes on. A lost PS task, chief or
 synchronous worker ends the run: the watcher names it at once (by PID for local engines)
-instead of leaving the survivors to time out. A synchronous run that makes no step for
-``QUIET`` seconds has its peers on other hosts asked directly: one whose TF server no
-longer answers from here is named then, whatever the controller's heartbeat (which drops
-such an engine after ~4 s on the workbench's own clusters, ~30 s with ipyparallel's
-defaults, as an attached ``ipcluster`` has them).
+instead of leaving the survivors to time out. A task whose process is stopped (SIGSTOP:
+alive, answering nothing) is named as stopped, not dead; a synchronous run that stops
+stepping is read task by task (``hang``: their stacks, ``common/hangs.py``) to name the
+task the others wait for. A synchronous run that makes no step for ``QUIET`` seconds has its
+peers on other hosts asked directly: one whose TF server no longer answers from here is named
+then, whatever the controller's heartbeat (which drops such an engine after ~4 s on the
+workbench's own clusters, ~30 s with ipyparallel's defaults, as an attached ``ipcluster`` has
+them).
 """
 
 import threading
 import time
 from typing import Any
 
+from workbench.common import hangs
 from workbench.common.payload import dumps
 from workbench.engine import entry
 from workbench.errors import EngineError, ProfilerCrashed, RunStalled
+from workbench.kernel.engines import stacks
 from workbench.kernel.engines.health import answer, answers, crashed_in_profiler, unreachable
 
 QUIET = 2.0  # s without a step before a synchronous run's peers on other hosts are asked (each at most once a QUIET)
+
+_STOPPED = "its process is stopped (state T: SIGSTOP or a debugger), not dead"
+SHOWN_FRAMES = 6  # innermost frames per thread in a hang's message (``RunStalled.stacks``: all)
 
 
 class EngineWatch:
@@ -49,11 +57,16 @@ class EngineWatch:
         for t in list(self.run.tasks):
             name = t.name
             busy = name in self._threads and self._threads[name].is_alive()
-            if busy or (name, t.engine_id) in self._noted or self.run.cluster.pool.alive(t.engine_id):
+            if busy or (name, t.engine_id) in self._noted:
+                continue
+            # alive: a stopped task holds a parameter-server run's closures (named here); a
+            # synchronous run's hang is named with every task's stacks (``hang``)
+            if self.run.cluster.pool.alive(t.engine_id) and not (self.replace_workers and self.stopped(t)):
                 continue
             if not (self.replace_workers and t.role == "worker"):
                 return self.lost(t)
-            self.run.note("worker_lost", task=name, engine=t.engine_id, step=self.run.step)
+            self.run.note("worker_lost", task=name, engine=t.engine_id, step=self.run.step,
+                          **({"error": _STOPPED} if self.stopped(t) else {}))
             self._noted.add((name, t.engine_id))
             lost.append(t)
         if lost:
@@ -103,16 +116,25 @@ class EngineWatch:
                 return t
         return None
 
+    def stopped(self, task: Any) -> bool:
+        """Is ``task``'s engine a local process stopped (state T), alive but answering nothing?"""
+        pool = self.run.cluster.pool
+        info = pool.info.get(task.engine_id)
+        return info is not None and pool.is_local(task.engine_id) and stacks.process_state(info.pid) == "T"
+
+    def _resume(self) -> str:
+        saved = self.run.checkpoint_steps()
+        return f"its last checkpoint is at step {max(saved)}" if saved else "it saved no checkpoint yet"
+
     def lost(self, task: Any, answered: str | None = None) -> EngineError:
-        """The error for a task whose engine died (``answered``: how its TF server answered
-        from here just now, if it was asked)."""
+        """The error for a task whose engine died or, local, was stopped (``answered``: how
+        its TF server answered from here just now, if it was asked)."""
         run, name = self.run, task.name
         pool = run.cluster.pool
         info = run.cluster.engine_info.get(task.engine_id)
         host = getattr(info, "host", None) or task.host
-        saved = run.checkpoint_steps()
-        resume = (f"its last checkpoint is at step {max(saved)}" if saved else "it saved no checkpoint yet")
-        why, where = "its process ended", ""
+        resume = self._resume()
+        why, where = ("its process ended" if not self.stopped(task) else _STOPPED), ""
         if not pool.is_local(task.engine_id):  # on another host: its process gone, or its host cut off?
             where = f" on {host}"
             if task.target and (answered or answer(task.target)) == "silent":
@@ -124,11 +146,58 @@ class EngineWatch:
             kind, why = ProfilerCrashed, ("it crashed inside TensorFlow's profiler as run.profile()'s trace "
                                           "stopped (a TF bug, see wb.ProfilerCrashed)")
         output = f"\nIts last output:\n{output}" if output else ""
+        others = stacks.read(pool, [t for t in run.tasks if t is not task])  # where the others were left
+        left = "".join(f"\n  {s.task} {s.where()}" for s in others.values())
         return kind(
             f"{name} (engine {task.engine_id}{where}, pid {getattr(info, 'pid', '?')}) was lost at step "
             f"{run.step}: {why}. The run stopped; {resume}. run.resume() starts its tasks on fresh "
-            f"engines and continues from there.{output}",
-            role=task.role, task=task.index, engine_id=task.engine_id)
+            f"engines and continues from there.{output}"
+            + (f"\nThe other tasks as it was lost (their stacks: the error's .stacks):{left}" if left else ""),
+            role=task.role, task=task.index, engine_id=task.engine_id,
+            stacks={n: s.text() for n, s in others.items()})
+
+    def read_stacks(self) -> dict[str, hangs.TaskStacks]:
+        """Every task's state and stacks, read now (``kernel/engines/stacks.py``)."""
+        return stacks.read(self.run.cluster.pool, list(self.run.tasks))
+
+    def hang(self, now: dict[str, hangs.TaskStacks], before: dict[str, hangs.TaskStacks] | None,
+             idle: float, why: str) -> RunStalled | None:
+        """The error naming the task(s) a synchronous run waits for, read from its stacks
+        ``now`` and ``before`` (``hangs.stuck``), ``idle`` s after its last step (``why``:
+        what had it looked at); None when the stacks do not tell. Noted as a ``hang`` event."""
+        culprits = hangs.stuck(now, before)
+        if not culprits:
+            return None
+        return self._hang_error(now, culprits, idle, why)
+
+    def stalled(self, now: dict[str, hangs.TaskStacks], before: dict[str, hangs.TaskStacks] | None,
+                limit: float) -> RunStalled:
+        """The error for a synchronous run without a step for ``limit`` s (its stall timeout):
+        the task(s) it waits for where the stacks tell, else where each task is. Without an
+        earlier sample (a stall timeout shorter than ``watcher.HANG_AFTER``), a task found in
+        the user's code after ``limit`` s without a step is taken as stuck there."""
+        culprits = hangs.stuck(now, before or now)
+        if culprits:
+            return self._hang_error(now, culprits, limit, f"stall_timeout {limit:.0f} s")
+        run = self.run
+        where = "; ".join(f"{s.task} {s.where()}" for s in now.values())
+        return self._error(f"Run {run.id} made no progress for {limit:.0f} s (stall_timeout) at step {run.step}; "
+                           f"its stacks do not tell which task the others wait for: {where}", now, [], role="worker")
+
+    def _hang_error(self, now, culprits, idle, why):
+        run = self.run
+        first = next(t for t in run.tasks if t.name == culprits[0].task)
+        return self._error(f"Run {run.id} hung at step {run.step}: {hangs.message(now, culprits)}. Named {idle:.1f} s "
+                           f"after its last step ({why})", now, culprits, role=first.role, task=first.index,
+                           engine_id=first.engine_id)
+
+    def _error(self, text, now, culprits, **where):
+        texts = {name: s.text() for name, s in now.items()}
+        self.run.note("hang", step=self.run.step, stuck=[s.task for s in culprits], cause=text, stacks=texts)
+        shown = "\n".join(s.text(last=SHOWN_FRAMES) for s in now.values())
+        return RunStalled(f"{text}. The run stopped; {self._resume()}. run.resume() continues it on fresh engines. "
+                          f"Each task's stacks (the main thread's and any in your code; all of them in the "
+                          f"error's .stacks and in run.events):\n{shown}", stacks=texts, **where)
 
     def start_timed_out(self, limit: float) -> RunStalled:
         """The error for a run that made no step within its start timeout: names the tasks

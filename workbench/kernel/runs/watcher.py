@@ -14,8 +14,10 @@ from __future__ import annotations
 import linecache
 import os
 import re
+import statistics
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from IPython import get_ipython
@@ -24,13 +26,20 @@ from workbench.common import payload, strategies
 from workbench.common.logs import LOGS, Line, parse
 from workbench.common.protocols import Metrics, ServerResult, TaskResult
 from workbench.engine import tasklogs
-from workbench.errors import EngineError, RunStalled, RunStopped
+from workbench.errors import EngineError, RunStopped
 from workbench.kernel.runs import files
 from workbench.kernel.runs.recovery import EngineWatch
 from workbench.store import ResultRecord, RunDir
 from workbench.store.files import read_text_lines
 
 _POLL = 0.05
+HANG_AFTER = 5.0  # s without a step before a synchronous run's tasks are read (or 10 steps' time, if longer)
+CONFIRM = 2.0  # s between two reads of a hung run's tasks
+# s without a step before a task found at the same line of the user's code in two reads is
+# named stuck there (or 20 steps' time, or a sixth of the stall timeout, if longer): a user's
+# function may be slow for seconds and go on (a file read, a first batch), where a stopped,
+# unreachable or ended task is certain at the first read
+USER_CODE_AFTER = 10.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # a frame's first line in an engine's traceback: IPython's ("File ~/x.py:12, in loss(y, p)",
 # 8.x and 9.x) or Python's ('File "/x.py", line 12, in loss')
@@ -72,6 +81,7 @@ class Watcher:
         self.outcome: dict[str, TaskResult | ServerResult] = {}  # task name -> what the task returned
         self.error: BaseException | None = None
         self.finished: float | None = None
+        self.progressed = time.monotonic()  # when the run's step last advanced
         self.done = threading.Event()
         self._tail = tail
         self._files: dict[str, tuple[int, int]] = {}  # server task -> (offset, lines) read of its log file
@@ -139,7 +149,9 @@ class Watcher:
     def _watch(self):
         enter_cell(self._cell)
         run = self.run
-        last_progress, last_step = time.monotonic(), -1
+        self.progressed, last_step = time.monotonic(), -1
+        intervals = deque(maxlen=20)  # s between the last steps' arrivals
+        first, last_read = None, 0.0  # the first read of a hung run's tasks (time, stacks); the last's time
         try:
             while True:
                 for name, ar in list(self.results.items()):
@@ -156,14 +168,32 @@ class Watcher:
                     run.log.merge(self._tail())
                 if self.mirror is not None and self.mirror.stop_to_forward():
                     self.request_stop()  # asked by the STOP file, which those hosts do not see
-                step = run.step
+                step, now = run.step, time.monotonic()
                 if step != last_step:
-                    last_progress, last_step = time.monotonic(), step
+                    if last_step > 0:
+                        intervals.append(now - self.progressed)
+                    self.progressed, last_step, first = now, step, None
+                idle = now - self.progressed
                 limit = self.start_timeout if step == 0 else self.stall_timeout
-                if (self.sync or step == 0) and time.monotonic() - last_progress > limit:
+                step_s = statistics.median(intervals) if intervals else 0.0
+                hang_after = max(HANG_AFTER, 10 * step_s)
+                user_after = max(USER_CODE_AFTER, 20 * step_s, self.stall_timeout / 6)
+                judge_user = first is not None and idle >= user_after and now - first[0] >= CONFIRM
+                if self.sync and step > 0 and hang_after < idle <= limit \
+                        and (now - last_read >= CONFIRM or (judge_user and last_read < self.progressed + user_after)):
+                    stacks = self.engines.read_stacks()
+                    last_read = time.monotonic()
+                    why = (f"the same line of your code for {now - first[0]:.0f} s, no step for {idle:.0f} s: "
+                           f"max({USER_CODE_AFTER:.0f} s, 20 steps' time, stall_timeout / 6)" if judge_user else
+                           f"no step for {hang_after:.0f} s: max({HANG_AFTER:.0f} s, 10 times its recent step time)")
+                    self.error = self.engines.hang(stacks, first[1] if judge_user else None, idle, why)
+                    if self.error is not None:
+                        break
+                    first = first or (last_read, stacks)
+                if (self.sync or step == 0) and idle > limit:
                     # every run has a start timeout; only synchronous ones can stall later
-                    self.error = RunStalled(self._stall_message(limit), role="worker") if self.sync \
-                        else self.engines.start_timed_out(limit)
+                    self.error = self.engines.stalled(self.engines.read_stacks(), first and first[1], limit) \
+                        if self.sync else self.engines.start_timed_out(limit)
                     break
                 time.sleep(_POLL)
         finally:
@@ -183,14 +213,6 @@ class Watcher:
             self.finished = time.time()
             self._write_record()
             self.done.set()
-
-    def _stall_message(self, limit):
-        last = self.run.log.last_steps()
-        names = [t.name for t in self.run.tasks]
-        behind = min(names, key=lambda n: last.get(n, 0))
-        return (f"Run {self.run.id} made no progress for {limit:.0f} s (stall_timeout); the worker furthest "
-                f"behind is {behind} (engine {self._task(behind).engine_id}, last step {last.get(behind, 0)}); "
-                f"last steps: {dict((n, last.get(n, 0)) for n in names)}. Its engines are being recycled.")
 
     def _task(self, name):
         return next((t for t in self.run.tasks if t.name == name), None)
@@ -212,6 +234,11 @@ class Watcher:
             if peer is not None:  # a lockstep peer's loss made this task fail: name the lost one
                 self.error = self.engines.lost(peer)
                 return
+            if self.sync and run.step > 0:  # a stopped or unreachable task (the heartbeat drops a stopped one)
+                self.error = self.engines.hang(self.engines.read_stacks(), None, time.monotonic() - self.progressed,
+                                               f"{name} failed: {getattr(e, 'ename', type(e).__name__)}")
+                if self.error is not None:
+                    return
             ename = getattr(e, "ename", type(e).__name__)
             evalue = getattr(e, "evalue", str(e))
             tb = _ANSI.sub("", getattr(e, "traceback", None) or str(e))

@@ -22,6 +22,7 @@ from workbench.kernel.views import fault_controls
 from workbench.kernel.views import livestats
 from workbench.kernel.views import logs
 from workbench.kernel.views import render
+from workbench.kernel.views import stacks_view
 from workbench.store import RunDir
 
 MIME_WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -149,6 +150,7 @@ class Dashboard:
         thr_box = W.VBox([self.thr_text, self.thr_fig, thr_legend])
         self.faults = fault_controls.for_run(run)  # runs on a test bed: link down/up, slow, kill engines
         self.logs = logs.LogsView(run)  # every task's output, among the run's events
+        self.stacks = stacks_view.StacksView(run)  # every task's stacks on demand
         self.widget = W.VBox([
             header,
             W.HBox([self.progress, self.status, self.stop_button]),
@@ -156,7 +158,7 @@ class Dashboard:
             self.anatomy,
             self.model,
             W.HTML("<b>Device placement</b>"), self.placement,
-            self.engines, self.error, *([self.faults.widget] if self.faults else []), self.logs.widget,
+            self.engines, self.error, self.stacks.widget, *([self.faults.widget] if self.faults else []), self.logs.widget,
         ])
         self.widget.add_class("wb-dashboard")
         self._redraw()
