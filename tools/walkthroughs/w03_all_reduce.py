@@ -86,7 +86,8 @@ measured = (long - short) / 200
 print(f"measured bytes per step: {measured:.0f}, {measured / expected:.3f} x the ring's figure")
 """, volatile=True),
         code("""
-print("measured within 10% of 2 (n-1)/n x gradient bytes per worker:", 0.9 < measured / expected < 1.1)
+print(f"bytes per step within 10% of 2 (n-1)/n x gradient bytes per worker: {0.9 < measured / expected < 1.1} "
+      f"(measured {measured / expected:.3f} x)")
 """),
         md("""
 What is left over is gRPC's framing and the workers' control messages: a fraction of a

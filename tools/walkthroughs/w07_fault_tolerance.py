@@ -30,6 +30,12 @@ args = dict(model=wb.models.mlp((64, 32)), data=digits, global_batch_size=128, l
 def engine_pid(run, role, index):
     task = next(t for t in run.tasks if (t.role, t.index) == (role, index))
     return int(cluster.engines.loc[task.engine_id, "pid"])
+
+def reported(steps):  # what "every step once" rests on: reports, distinct steps, first-last
+    return f"{len(steps)} reports of {steps.nunique()} steps, {steps.min()}-{steps.max()}"
+
+def reported_per_worker(history):
+    return "; ".join(f"{w}: {reported(g.step)}" for w, g in history.groupby("worker"))
 """),
         md("""
 ## A parameter-server run loses a worker
@@ -53,7 +59,7 @@ killed = time.time()
         code("""
 run.wait()
 print("steps completed:", run.final_step, "of", run.job.steps)
-print("every step reported exactly once:", sorted(run.history.step) == list(range(1, 4001)))
+print(f"every step reported exactly once: {sorted(run.history.step) == list(range(1, 4001))} ({reported(run.history.step)})")
 print("what happened:", [k for k in run.events.kind if k.startswith("worker_")])
 """),
         code("""
@@ -103,7 +109,7 @@ except wb.EngineError as e:
 print(str(error).split(" was lost")[0], "was lost; error raised after", round(seconds, 1), "s")
 """, volatile=True),
         code("""
-print("error names the lost task:", str(error).startswith("worker:1 (engine "))
+print(f"error names the lost task: {str(error).startswith('worker:1 (engine ')} (it begins {str(error).split(' (')[0]})")
 print(f"raised within 60 s: {seconds < 60} (measured {seconds:.1f} s)")
 events = sync.events
 saved = int(events[events.kind == "checkpoint"].step.max())
@@ -114,7 +120,8 @@ resumed = sync.resume().wait()
 h = resumed.history
 print("final step:", resumed.final_step)
 print("resumed from the checkpoint, every step once per worker:",
-      all(list(h[h.worker == w].step) == list(range(saved + 1, 2001)) for w in ("worker:0", "worker:1")))
+      all(list(h[h.worker == w].step) == list(range(saved + 1, 2001)) for w in ("worker:0", "worker:1")),
+      f"({reported_per_worker(h)})")
 accuracy = resumed.evaluation["test_accuracy"]
 print(f"test accuracy >= 0.90: {accuracy >= 0.90} (measured {accuracy:.3f})")
 """),
@@ -182,7 +189,8 @@ finished = cluster.resume(run_id, steps=4000).wait()
 full = wb.history(run_id)
 print("final step:", finished.final_step)
 print("every step once per worker, across both kernels:",
-      all(list(full[full.worker == w].step) == list(range(1, 4001)) for w in ("worker:0", "worker:1")))
+      all(list(full[full.worker == w].step) == list(range(1, 4001)) for w in ("worker:0", "worker:1")),
+      f"({reported_per_worker(full)})")
 print("status now:", wb.load(run_id).status)
 accuracy = finished.evaluation["test_accuracy"]
 print(f"test accuracy >= 0.90: {accuracy >= 0.90} (measured {accuracy:.3f})")

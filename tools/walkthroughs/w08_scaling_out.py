@@ -105,8 +105,8 @@ if bed is not None:
         code("""
 if bed is not None:
     print("hosts of the engines:", sorted(table.host))
-    print("each engine reached on its own host's address:",
-          all(row.address == bed.hosts[row.host] for row in table.itertuples()))
+    own = [row.address == bed.hosts[row.host] for row in table.itertuples()]
+    print(f"each engine reached on its own host's address: {all(own)} ({sum(own)} of {len(own)} engines)")
 """),
         md("""
 The claim of walkthrough 04, now across machines: two MWMS workers on two hosts, with plain

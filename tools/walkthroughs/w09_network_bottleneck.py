@@ -260,7 +260,8 @@ if bed is not None:
     print(f"staleness, other updates applied during a step, mean below 1 for both workers: "
           f"{max(fast_worker['staleness'], slow_worker['staleness']) < 1} "
           f"(measured {fast_worker['staleness']:.2f} fast, {slow_worker['staleness']:.2f} slow)")
-    print("the injected slow link is in the MWMS run's events:", list(events[events.kind == "injected"].rate) == ["20mbit"])
+    injected = [str(rate) for rate in events[events.kind == "injected"].rate]
+    print(f"the injected slow link is in the MWMS run's events: {injected == ['20mbit']} (injected rates: {injected})")
 """),
         md("""
 MWMS moves at its slowest link's pace; under PSS the fast worker goes on, but not freely:
@@ -282,7 +283,7 @@ not (the means above). The reason is TF's runtime, not the measurement: it mostl
 PS side of one scheduled call at a time, so another worker's update seldom lands inside a
 step. A plain-TF probe without the workbench (1 PS, each worker reading a PS counter, doing
 20 matmuls and updating it) saw 0 of 400 calls overlap. Here the runs are unrolled (5 steps
-traced at a time); walkthrough 02's looped runs show a few percent of steps stale.
+traced at a time); walkthrough 02's looped runs show up to a few percent of steps stale.
 
 ## A parameter server's link fills up as workers grow; 2 PS split it
 

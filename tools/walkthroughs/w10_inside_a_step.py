@@ -43,32 +43,36 @@ runs = {
 ## The anatomy of each run
 
 One row per worker: mean wall time per step, the shares (they sum to 1), the bytes each
-step hands to the all-reduce, and whether the worker is a straggler.
+step hands to the all-reduce, and `busy_vs_others`: its busy time per step (wall minus
+waiting) over the mean of its run's other workers', the number behind `anatomy()`'s
+`straggler` flag (a straggler above 1.2).
 """),
         code("""
 table = pd.concat({f"{s} {m}": r.anatomy() for (s, m), r in runs.items()}, names=["run"])
-table.round(3)
+table["busy_vs_others"] = table.groupby(level="run").busy.transform(lambda b: b / ((b.sum() - b) / (len(b) - 1)))
+table.drop(columns="straggler").round(3)
 """, volatile=True),
         code("""
 shares = table[["input", "compute", "communication", "waiting", "other"]].sum(axis=1)
-print(f"shares sum to 1 for every worker: {bool((shares.round(6) == 1).all())}")
+print(f"shares sum to 1 for every worker: {bool((shares.round(6) == 1).all())} (measured largest |sum - 1| {(shares - 1).abs().max():.0e})")
 params = {m: sum(w.size for w in runs[("MWMS", m)].weights()) for m in ("small", "wide")}
 for m in ("small", "wide"):
     sent = runs[("MWMS", m)].history.comm_bytes
-    print(f"MWMS {m}: {params[m]:,} parameters, bytes per step = 4 x parameters: {bool((sent == 4 * params[m]).all())}")
+    print(f"MWMS {m}: {params[m]:,} parameters, bytes per step = 4 x parameters: {bool((sent == 4 * params[m]).all())} "
+          f"(bytes per step seen: {', '.join(f'{b:,.0f}' for b in sent.unique())})")
 ms = {k: 1e3 * (r.anatomy().compute * r.anatomy().step_time).mean() for k, r in runs.items()}
 print(f"the wide model computes longer per step under MWMS: {ms[('MWMS', 'wide')] > ms[('MWMS', 'small')]} "
       f"(measured {ms[('MWMS', 'small')]:.2f} ms vs {ms[('MWMS', 'wide')]:.2f} ms)")
 """),
         md("""
 **Reading it** (the shares when this notebook was saved). On two shared cores the small
-model's MWMS step is half all-reduce (communication 0.53-0.54, waiting for the peer 0.09):
+model's MWMS step is half all-reduce (communication 0.49-0.51, waiting for the peer 0.10-0.14):
 its gradient is 26 kB, so the collective's fixed latency dominates, and compute is only
-0.14-0.15. The wide model hands the all-reduce 46 times the bytes and computes several times
-longer per step, so compute grows to 0.28-0.30 while communication stays near half. Under
-the parameter server, compute is the largest share (0.32-0.53: it includes the forward
-pass's reads of variables held by the PS task), the gradients' push 0.20-0.22, and each
-worker sat idle between its calls for 0.12-0.31 of its wall time, waiting for the single
+0.08. The wide model hands the all-reduce 46 times the bytes and computes many times
+longer per step, so compute grows to 0.32-0.40 while communication stays near half (0.45). Under
+the parameter server, compute is the largest share (0.33-0.52: it includes the forward
+pass's reads of variables held by the PS task), the gradients' push 0.20-0.23, and each
+worker sat idle between its calls for 0.14-0.28 of its wall time, waiting for the single
 chief to schedule the next one (the coordinator is the bottleneck here, as `DESIGN.md`
 measured).
 
@@ -158,9 +162,10 @@ pd.DataFrame({"bytes per step": {str(k): int(r.history.comm_bytes.iloc[-1]) for 
 """),
         code("""
 tensors = len(comp[None].weights())
-print("fp16 sends exactly half:", comp["fp16"].history.comm_bytes.iloc[-1] * 2 == full)
-print("int8 sends a quarter plus a 4-byte scale per tensor:",
-      comp["int8"].history.comm_bytes.iloc[-1] == -(-full // 16) * 4 + 4 * tensors)
+fp16, int8, quarter = comp["fp16"].history.comm_bytes.iloc[-1], comp["int8"].history.comm_bytes.iloc[-1], -(-full // 16) * 4
+print(f"fp16 sends exactly half: {fp16 * 2 == full} ({fp16:,.0f} of {full:,.0f} bytes)")
+print(f"int8 sends a quarter plus a 4-byte scale per tensor: {int8 == quarter + 4 * tensors} "
+      f"({int8:,.0f} bytes = {quarter:,.0f} + 4 x {tensors} tensors)")
 base = comp[None].evaluation["test_accuracy"]
 for k in kinds[1:]:
     acc = comp[k].evaluation["test_accuracy"]
@@ -172,8 +177,8 @@ wb.compare(*comp.values(), labels=["float32", "fp16", "bf16", "int8"])
         md("""
 **What it means.** Halving or quartering the bytes cost no accuracy you can see here (the
 claims above). Whether it buys speed depends on the link: on loopback with 2 shared cores
-the casts and the quantization cost about as much as the bytes they save (when saved: 106
-steps/s at 32 bits, 116 in fp16, 124 in bf16, 82 in int8, one run each). Where the transfer
+the casts cost about as much as the bytes they save and the quantization more (when saved: 48
+steps/s at 32 bits, 57 in fp16, 55 in bf16, 31 in int8, one run each). Where the transfer
 itself is the cost, fewer bytes move faster: `bench/anatomy.py` measures each precision's
 useful gradient bytes per second of all-reduce against 32 bits on the same engines
 (`docs/performance.md` has the numbers).
