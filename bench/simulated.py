@@ -101,10 +101,19 @@ class FakeResult:
 
 
 class FakePool:
-    """What a ``Run`` asks of its cluster's engine pool: every simulated engine is alive."""
+    """What a ``Run`` asks of its cluster's engine pool: every simulated engine is alive, has
+    no process of its own and no debug thread (its stacks read as "no debug thread known")."""
+
+    info: dict = {}
 
     def alive(self, engine_id):
         return True
+
+    def debug_channel(self, engine_id):
+        return None
+
+    def is_local(self, engine_id):
+        return False
 
     def condemn(self, ids, kill=()):
         pass

@@ -98,6 +98,15 @@ def test_each_row_is_merged_once_from_overlapping_windows(runs):
     assert run.step == 181 and len(run.history) == 361
 
 
+def test_a_simulated_runs_stacks_read_as_engines_without_a_debug_thread(runs):
+    """What the watcher reads when a synchronous run pauses (its hang check): a simulated
+    engine answers as one with no debug thread, rather than ending the watcher."""
+    run = runs(3)
+    stacks = run.stacks(timeout=1.0)
+    assert sorted(stacks) == ["worker:0", "worker:1", "worker:2"]
+    assert all("no debug thread" in s.note for s in stacks.tasks.values()), stacks.table
+
+
 def _kernel_cpu(runs, workers, steps=40, redraw_every=2):
     """CPU seconds of this thread for the kernel's work on ``steps`` steps of ``workers``
     workers: merges (one poll per publish), a dashboard redraw every ``redraw_every``

@@ -68,7 +68,17 @@ def read(pool: Any, tasks: list[Any], timeout: float = TIMEOUT) -> dict[str, Tas
     if not tasks:
         return {}
     with ThreadPoolExecutor(min(len(tasks), 16)) as threads:
-        return dict(zip([t.name for t in tasks], threads.map(lambda t: read_task(pool, t, timeout), tasks)))
+        return dict(zip([t.name for t in tasks], threads.map(lambda t: _read_or_say(pool, t, timeout), tasks)))
+
+
+def _read_or_say(pool: Any, task: Any, timeout: float) -> TaskStacks:
+    """``read_task``, or a task whose note says why its stacks could not be read: the run's
+    watcher reads stacks to name a hang, and a failure there must not end the watcher."""
+    try:
+        return read_task(pool, task, timeout)
+    except Exception as e:  # noqa: BLE001 - shown in the task's row, not raised in the watcher
+        return TaskStacks(task.name, task.engine_id, host=task.host, target=task.target or "",
+                          note=f"reading its stacks failed: {type(e).__name__}: {e}")
 
 
 def read_task(pool: Any, task: Any, timeout: float = TIMEOUT) -> TaskStacks:
