@@ -42,3 +42,14 @@ def start_session(base, token, path):
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.loads(r.read())["kernel"]["id"]
+
+
+def open_idle(page, base, token, path):
+    """Open notebook ``path`` in JupyterLab with its kernel started (``start_session``) and
+    wait until JupyterLab shows that kernel idle. Returns the kernel's id."""
+    kernel = start_session(base, token, path)
+    page.goto(f"{base}/lab/tree/{path}?token={token}")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
+    wait_for(lambda: accept_dialogs(page) and "Idle" in str(page.locator(".jp-StatusBar-Widget").all_inner_texts()),
+             120, lambda: "JupyterLab to show the idle kernel")
+    return kernel

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from browser_tools import accept_dialogs, run_menu, start_session, wait_for
+from browser_tools import accept_dialogs, open_idle, run_menu, wait_for
 
 import workbench as wb
 
@@ -179,12 +179,7 @@ def _check_saved_outputs(page, shots):
 
 
 def _drive_quickstart(page, base, token, shots):
-    start_session(base, token, "00_quickstart.ipynb")
-    page.goto(f"{base}/lab/tree/00_quickstart.ipynb?token={token}")
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
-
-    wait_for(lambda: accept_dialogs(page) and "Idle" in page.locator(".jp-StatusBar-Widget").all_inner_texts().__str__(),
-             120, lambda: "JupyterLab to show the idle kernel")
+    open_idle(page, base, token, "00_quickstart.ipynb")
     _check_saved_outputs(page, shots)
     # run every cell above the prose after the PS run's cell: the run starts and the kernel
     # is free again, so the dashboard's Stop button is handled at once
@@ -249,11 +244,7 @@ def test_a_runs_outputs_stay_in_their_cells_in_jupyterlab(lab, browser, tmp_path
     # view (a windowed notebook), and the outputs of cells out of it are not in the page
     page = browser.new_context(viewport={"width": 1400, "height": 4000}).new_page()
     try:
-        start_session(base, token, "cells.ipynb")
-        page.goto(f"{base}/lab/tree/cells.ipynb?token={token}")
-        page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
-        wait_for(lambda: accept_dialogs(page) and "Idle" in str(page.locator(".jp-StatusBar-Widget").all_inner_texts()),
-                 120, lambda: "JupyterLab to show the idle kernel")
+        open_idle(page, base, token, "cells.ipynb")
         page.locator(".jp-CodeCell").first.click()
         run_menu(page, "Run All Cells")
         seen = wait_for(lambda: accept_dialogs(page) and "stopped, 0 engines" in page.evaluate(OUTPUTS)[4]["text"]

@@ -10,7 +10,7 @@ import urllib.request
 import nbformat
 import pytest
 
-from browser_tools import SHOTS, accept_dialogs, run_menu, start_session, wait_for
+from browser_tools import SHOTS, accept_dialogs, open_idle, run_menu, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -96,11 +96,7 @@ def _check_buttons(page):
 
 
 def _drive(page, base, token):
-    session = start_session(base, token, "panel_run.ipynb")
-    page.goto(f"{base}/lab/tree/panel_run.ipynb?token={token}")
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
-    wait_for(lambda: accept_dialogs(page) and "Idle" in str(page.locator(".jp-StatusBar-Widget").all_inner_texts()),
-             120, lambda: "JupyterLab to show the idle kernel")
+    session = open_idle(page, base, token, "panel_run.ipynb")
     page.locator(".jp-NotebookPanel .jp-Cell").first.click()
     run_menu(page, "Run All Cells")
 
