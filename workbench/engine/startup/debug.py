@@ -33,6 +33,8 @@ import threading
 import traceback
 from typing import Any
 
+from workbench.common.sockets import read_line
+
 THREAD = "workbench-debug"
 LIVE: dict[str, Any] = {}  # the running task's objects (``track``), for the console
 _server: dict[str, Any] = {}  # this engine's server: "target", "token", "pid"
@@ -71,7 +73,7 @@ def _answer(conn: socket.socket, token: str) -> None:
     with conn:
         conn.settimeout(30)
         try:
-            request = json.loads(_read_line(conn))
+            request = json.loads(read_line(conn))
             if not hmac.compare_digest(str(request.get("token", "")), token):
                 reply = {"error": "wrong token"}
             elif request.get("op") == "stacks":
@@ -86,16 +88,6 @@ def _answer(conn: socket.socket, token: str) -> None:
             conn.sendall(json.dumps(reply, default=repr).encode() + b"\n")
         except OSError:
             pass
-
-
-def _read_line(conn: socket.socket) -> bytes:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = conn.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 def stacks() -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ import sys
 import time
 
 from workbench.common.pids import alive  # os and /proc only: nothing heavy
+from workbench.common.sockets import read_line
 
 
 def _connect(path: str, zygote: int, timeout: float) -> socket.socket | None:
@@ -71,12 +72,7 @@ def main() -> None:
         _fallback(argv)
     request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode() + b"\n"
     socket.send_fds(conn, [request], [0, 1, 2])
-    reply = b""
-    while not reply.endswith(b"\n"):
-        chunk = conn.recv(4096)
-        if not chunk:
-            break
-        reply += chunk
+    reply = read_line(conn)
     answer = json.loads(reply) if reply.endswith(b"\n") else {}
     if "pid" not in answer:
         conn.close()

@@ -31,6 +31,7 @@ from typing import Any
 
 from workbench.common.hangs import GONE, NOT_ANSWERING, STOPPED, UNREACHABLE, TaskStacks
 from workbench.common.pids import alive
+from workbench.common.sockets import read_line
 from workbench.kernel.engines.health import answer
 
 TIMEOUT = 2.0  # s for a debug thread to answer
@@ -43,12 +44,9 @@ def ask(channel: dict[str, Any], request: dict[str, Any], timeout: float = TIMEO
     with socket.create_connection((host, int(port)), timeout=timeout) as conn:
         conn.settimeout(timeout)
         conn.sendall(json.dumps(dict(request, token=channel["token"])).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = conn.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError(f"the debug thread at {channel['target']} closed the connection")
-            data += chunk
+        data = read_line(conn, 1 << 20)
+        if not data.endswith(b"\n"):
+            raise ConnectionError(f"the debug thread at {channel['target']} closed the connection")
     return json.loads(data)
 
 
