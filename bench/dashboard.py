@@ -1,7 +1,11 @@
 """Cost of the live views: MWMS throughput with every task's output captured and streamed
 (``logs=True``, the default) vs without (``logs=False``), and with the dashboard updating
-vs without, runs alternated on the same engines; and the metrics latency from a step
-ending on an engine to its point in the widget's model (same machine, same clock).
+vs without, runs alternated on the same engines; the CPU time each engine's output-capture
+and debug threads (``engine/tasklogs.py``, ``engine/startup/debug.py``: what being ready to
+take stacks costs) use during a run with logs, as a share of the engine's CPU time (read
+inside the engine through ``run.console``: a steps/s ratio this noisy cannot show 1%);
+and the metrics latency from a step ending on an engine to its point in the widget's
+model (same machine, same clock).
 
     python bench/dashboard.py [--quick]
 
@@ -11,6 +15,7 @@ Results go to bench/results/dashboard.json and .md.
 import argparse
 import json
 import statistics
+import time
 
 import workbench as wb
 
@@ -23,7 +28,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     repeats, steps = (1, 400) if args.quick else (5, 1500)  # quick: still > 1 s, several updates
     digits = wb.datasets.digits()
-    on, off, no_logs, latencies = [], [], [], []
+    on, off, no_logs, latencies, shares = [], [], [], [], []
     with wb.Cluster(engines=2) as cluster:
         for repeat in range(repeats):
             order = ("no logs", "logs", "dashboard")
@@ -33,6 +38,8 @@ def main(argv=None):
                                     logs=kind != "no logs")
                 if kind == "dashboard":
                     dash = run.dashboard(interval=0.25)
+                if kind == "logs":
+                    shares += thread_shares(run, steps)
                 run.wait()
                 if kind == "dashboard":
                     dash._thread.join(10)
@@ -43,6 +50,7 @@ def main(argv=None):
         "steps_per_s_with_dashboard": on, "steps_per_s_without": off, "steps_per_s_without_logs": no_logs,
         "ratio_median": statistics.median(on) / statistics.median(off),
         "logs_ratio": summary(logs),
+        "ready_threads_cpu_share": summary(shares) if shares else None,
         "latency_s_median": statistics.median(latencies) if latencies else None,
         "latency_s_p90": sorted(latencies)[int(0.9 * (len(latencies) - 1))] if latencies else None,
         "latency_samples": len(latencies),
@@ -55,12 +63,56 @@ def main(argv=None):
           f"| steps/s with every task's output captured and streamed / without (logs=True / False, "
           f"median [min-max] of the repeats' ratios) | {_ratio(result['logs_ratio'])} "
           f"({statistics.median(off):.0f} / {statistics.median(no_logs):.0f}) | >= 0.99 |\n"
+          f"| CPU time of each engine's output-capture and debug threads / the engine's CPU time, during "
+          f"steady steps with logs (median [min-max] over {len(shares)} task readings) | {_pct(result['ready_threads_cpu_share'])} "
+          f"| < 1% |\n"
           f"| steps/s with dashboard / without (median) | {result['ratio_median']:.3f} "
           f"({statistics.median(on):.0f} / {statistics.median(off):.0f}) | >= 0.98 |\n"
           f"| metrics latency, engine step end -> widget model, median | {_s(result['latency_s_median'])} "
           f"(p90 {_s(result['latency_s_p90'])}, {len(latencies)} updates) | <= 0.5 s |\n")
     (OUT / "dashboard.md").write_text(md)
     print(md)
+
+
+# run inside an engine by its console: the CPU nanoseconds of its threads by name (Linux
+# schedstat), and of the whole process so far
+_THREAD_CPU = """
+import json, os, threading, time
+def _ns(tid):
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            return int(f.read().split()[0])
+    except OSError:
+        return 0
+print(json.dumps({"process": time.process_time_ns(),
+                  "threads": {t.name: _ns(t.native_id) for t in threading.enumerate()}}))
+"""
+READY = ("workbench-task-output", "workbench-debug")  # the console's own request thread is not counted
+
+
+def thread_shares(run, steps):
+    """For each task of ``run`` while it trains: the CPU its output-capture and debug threads
+    used between steps/4 and 3 steps/4, over its process's CPU in that time. Empty when the
+    run ended before the second reading."""
+    consoles = {t.name: run.console(t.name) for t in run.tasks}
+    readings = []
+    for target in (steps // 4, 3 * steps // 4):
+        while run.step < target and not run.done:
+            time.sleep(0.02)
+        if run.done:
+            return []
+        readings.append({name: json.loads(c(_THREAD_CPU)) for name, c in consoles.items()})
+    shares = []
+    for name in consoles:
+        a, b = readings[0][name], readings[1][name]
+        ready = sum(b["threads"].get(n, 0) - a["threads"].get(n, 0) for n in READY)
+        shares.append(ready / max(1, b["process"] - a["process"]))
+    return shares
+
+
+def _pct(s):
+    return "n/a (the runs ended before the second reading)" if s is None else \
+        f"{100 * s['median']:.3f}% [{100 * s['min']:.3f}-{100 * s['max']:.3f}%]"
 
 
 def _ratio(s):
