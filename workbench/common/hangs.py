@@ -38,8 +38,9 @@ _STATE_WHY = {
     STOPPED: "its process is stopped (state T: SIGSTOP or a debugger), not dead: it answers nothing until it "
              "is continued (SIGCONT)",
     UNREACHABLE: "its host is unreachable: {target} does not answer from here (a machine down or a link cut)",
-    NOT_ANSWERING: "it does not answer: its process is alive and its TF server answers, but its debug thread "
-                   "does not (stuck holding Python's GIL)",
+    NOT_ANSWERING: "it does not answer: its TF server's port takes connections, but its debug thread does not "
+                   "answer (stuck holding Python's GIL; on a host the kernel cannot look into, also a process "
+                   "stopped by SIGSTOP or a debugger)",
     GONE: "its process ended",
 }
 _STDLIB = ("threading.py", "queue.py", "selectors.py", "socket.py", "subprocess.py", "contextlib.py")
@@ -100,6 +101,12 @@ class TaskStacks:
         step, where a synchronous task waits for its peers)?"""
         main = next((t for t in self.threads if t.get("main")), None)
         return main is not None and any(f[5] for f in main["frames"])
+
+    def record(self, last: int | None = 10) -> dict[str, Any]:
+        """This task's state, place and stacks as JSON (what the Workbench panel shows;
+        ``last``: as in ``text``)."""
+        return {"task": self.task, "engine": self.engine_id, "host": self.host, "pid": self.pid, "state": self.state,
+                "where": self.where(), "read_by": self.how or self.note, "text": self.text(last)}
 
     def text(self, last: int | None = None) -> str:
         """The stacks as text, most recent call last (``last``: each thread's innermost

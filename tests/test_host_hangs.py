@@ -1,0 +1,81 @@
+"""Hangs of a synchronous run across (emulated) hosts, named in seconds with every task's
+stacks, as on one machine (tests/test_hangs.py): a worker stopped on another host, and a
+user's function that blocks there. The kernel cannot look into another host's processes
+(/proc, py-spy): it reads stacks through each engine's debug thread over TCP, and tells a
+stopped remote engine by its debug thread's silence while its TF port still takes
+connections. A link taken down: tests/test_host_faults.py."""
+
+import contextlib
+import os
+import signal
+
+import pytest
+from test_hangs import BLOCK_AFTER, DIGITS, MLP, NAMED_WITHIN, hang_named, pipeline_that_blocks
+
+import workbench as wb
+from checks import bed_cluster, wait_for
+
+pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with wb.testbed(hosts=2) as bed:
+        c = bed_cluster(bed, {"h1": 1, "h2": 1})
+        try:
+            yield c
+        finally:
+            c.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_run_left(cluster):
+    """A test that failed halfway leaves no run behind for the next."""
+    yield
+    for run in cluster.runs:
+        if not run.done:
+            run.stop(timeout=20)
+
+
+def worker_1(cluster, run):
+    task = next(t for t in run.tasks if t.name == "worker:1")
+    return task, cluster.engine_info[task.engine_id]
+
+
+def test_a_worker_stopped_on_another_host_is_named_with_every_tasks_stacks(cluster):
+    run = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, global_batch_size=64,
+                        steps=1_000_000, learning_rate=0.05, checkpoint_every=0, dashboard=False)
+    wait_for(lambda: run.step >= 100 or run.done, 180, lambda: f"step 100; at {run.step}")
+    task, info = worker_1(cluster, run)
+    hosts = {t.name: cluster.engine_info[t.engine_id].host for t in run.tasks}
+    assert hosts["worker:0"] != hosts["worker:1"], hosts
+    os.kill(info.pid, signal.SIGSTOP)  # an engine of this test's bed, a process of this machine
+    try:
+        error, after = hang_named(run)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(info.pid, signal.SIGCONT)
+    print(f"a worker stopped on {info.host}: named {after:.1f} s after its last step")
+    message = str(error)
+    assert (error.role, error.task) == ("worker", 1) and after < NAMED_WITHIN, message
+    assert f"worker:1 (engine {task.engine_id} on {info.host}" in message and "it does not answer" in message, message
+    assert "worker:0 waits for worker:1 inside TensorFlow, executing __inference_run_steps" in message, message
+    assert "died" not in message
+    assert "synchronous.py" in error.stacks["worker:0"] and "[read by debug thread]" in error.stacks["worker:0"]
+    assert list(run.events.query("kind == 'hang'").stuck) == [["worker:1"]]
+
+
+def test_a_users_function_that_blocks_on_another_host_is_named_with_its_line(cluster):
+    run = cluster.train(MLP, pipeline_that_blocks, loss="sparse_categorical_crossentropy",
+                        strategy="multi_worker_mirrored", workers=2, global_batch_size=64, steps=100_000,
+                        learning_rate=0.05, checkpoint_every=0, dashboard=False)
+    error, after = hang_named(run)
+    task, info = worker_1(cluster, run)
+    print(f"a blocked pipeline on {info.host}: named {after:.1f} s after its last step")
+    message = str(error)
+    assert (error.role, error.task) == ("worker", 1) and after < NAMED_WITHIN, message
+    assert f"worker:1 (engine {task.engine_id} on {info.host}" in message, message
+    assert "is in your code: examples (" in message and "threading.Event().wait()" in message, message
+    assert "worker:0 waits for worker:1 inside TensorFlow, executing __inference_run_steps" in message, message
+    assert run.step <= BLOCK_AFTER
+    assert "<- your code" in error.stacks["worker:1"] and "[read by debug thread]" in error.stacks["worker:1"]
