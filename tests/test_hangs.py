@@ -17,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 import workbench as wb
 from workbench.kernel.views.stacks_view import StacksView
+from workbench.store import RunDir
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -105,6 +106,13 @@ def test_stacks_and_a_console_of_a_live_run_while_it_trains(cluster, capsys):
         view = StacksView(run)  # the dashboard's Stacks button
         view.button.click()
         assert view.output.value.count("<details>") == 2 and "worker:1" in view.output.value, view.output.value
+        # the Workbench panel's Stacks: asked through the run directory, answered by this kernel's watcher
+        rd = RunDir(run.run_dir)
+        request = rd.request_stacks()
+        answer = wait_for(lambda: rd.stacks_answer(request), 10, lambda: "the watcher's answer in stacks.json")
+        assert [(t["task"], t["state"]) for t in answer["tasks"]] == [("worker:0", "answered"), ("worker:1", "answered")]
+        assert all(t["text"].startswith(f"--- {t['task']} (engine ") for t in answer["tasks"]), answer
+        assert not rd.stacks_request_file.exists()
         assert run.step > first and not run.done, "the run trained on throughout"
     finally:
         run.stop()

@@ -5,10 +5,15 @@ the run; after the kernel is gone the panel still shows the run, read from its r
 Screenshots go to build/screenshots/."""
 
 import json
+import os
+import time
+import urllib.error
 import urllib.request
 
 import nbformat
 import pytest
+
+from workbench.store import RunDir
 
 from browser_tools import SHOTS, accept_dialogs, open_idle, run_menu, wait_for
 
@@ -47,7 +52,9 @@ def where(page):
 
 
 def api(base, token, path, method="GET"):
-    req = urllib.request.Request(f"{base}/workbench/api/{path}?token={token}", method=method, data=b"" if method == "POST" else None)
+    sep = "&" if "?" in path else "?"
+    req = urllib.request.Request(f"{base}/workbench/api/{path}{sep}token={token}", method=method,
+                                 data=b"" if method == "POST" else None)
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
 
@@ -88,7 +95,7 @@ def _check_buttons(page):
     panel's font, no bevelled border, Stop in red and the others in the theme's blue."""
     seen = page.evaluate(BUTTONS)
     buttons, bare = seen["buttons"], seen["bare"]
-    assert [b["text"] for b in buttons] == ["Stop", "Notebook", "TensorBoard"], seen
+    assert [b["text"] for b in buttons] == ["Stop", "Stacks", "Notebook", "TensorBoard"], seen
     for b in buttons:
         assert b["font"] == seen["font"] and b["border"] != bare["border"] and b["background"] != bare["background"], seen
     (r, g, bl), others = rgb(buttons[0]["background"]), [rgb(b["background"]) for b in buttons[1:]]
@@ -138,6 +145,22 @@ def _drive(page, base, token):
              240, lambda: f"TensorBoard's page, at {where(board)}: {board.title()!r}")
     board.close()
 
+    # "Stacks": every task's state and where it is, its stacks folded under it, read by the
+    # kernel that watches the run while it trains
+    page.locator("#workbench-panel .wb-run button[data-action=stacks]").first.click()
+    tasks = page.locator("#workbench-panel .wb-run-stacks .wb-stacks-task")
+    wait_for(lambda: tasks.count() == 2, 30,
+             lambda: f"a line per task: {page.locator('#workbench-panel .wb-run').first.inner_text()!r}")
+    lines = [tasks.nth(i).locator("summary").inner_text() for i in range(2)]
+    assert [line.split()[0] for line in lines] == ["worker:0", "worker:1"], lines
+    assert all(" answered " in line and "idle" not in line for line in lines), lines  # in its step
+    tasks.first.locator("summary").click()
+    text = tasks.first.locator("pre").inner_text()
+    assert "--- worker:0 (engine" in text and "Thread 'MainThread' (main):" in text and 'File "' in text, text
+    page.screenshot(path=str(SHOTS / "lab-panel-stacks.png"))
+    page.locator("#workbench-panel .wb-run button[data-action=close-stacks]").click()
+    wait_for(lambda: tasks.count() == 0, 10, lambda: "the stacks to close")
+
     # "Stop" stops it
     page.locator("#workbench-panel .wb-run button[data-action=stop]").first.click()
     # the panel's answer to the button shows, and goes after 10 s
@@ -160,10 +183,28 @@ def _drive(page, base, token):
     assert state["runs"][0]["notebook"] == "panel_run.ipynb" and state["clusters"] == []
 
 
-def test_panel_api_refuses_bad_requests(lab):
+def test_panel_api_refuses_bad_requests(lab, tmp_path):
+    """Bad run ids; and stacks, read by the kernel that watches the run: a run recorded as
+    running (its kernel's pid alive) with no watcher gets a 504 saying so after ``wait`` s,
+    leaving no request behind; a finished run's a 409; a bad ``wait`` a 400 naming it."""
     base, token, _ = lab
-    for path, code in [("runs/..%2Fetc/stop", 400), ("runs/%2E%2E/stop", 400), ("runs/no-such-run/stop", 404), ("runs/no-such-run/tensorboard", 404)]:
+    for path, code in [("runs/..%2Fetc/stop", 400), ("runs/%2E%2E/stop", 400), ("runs/no-such-run/stop", 404), ("runs/no-such-run/tensorboard", 404),
+                       ("runs/no-such-run/stacks", 404)]:
         with pytest.raises(urllib.error.HTTPError) as e:
             api(base, token, path, method="POST")
         assert e.value.code == code, (path, e.value.code)
         assert "run" in json.loads(e.value.read())["message"]
+    runs = tmp_path / "home" / "runs"
+    record = {"run_id": "", "strategy": "multi_worker_mirrored", "workers": 2, "ps": 0, "steps": 10,
+              "started": time.time(), "kernel_pid": os.getpid(), "tasks": []}
+    live, done = RunDir(runs / "unwatched"), RunDir(runs / "finished")
+    live.write_run(dict(record, run_id="unwatched"))
+    done.write_run(dict(record, run_id="finished"))
+    done.write_result({"final_step": 10, "stopped": False})
+    for path, code, said in [("runs/unwatched/stacks?wait=1", 504, "no kernel answered for run unwatched within 1 s"),
+                             ("runs/finished/stacks", 409, "run finished is finished, not running"),
+                             ("runs/unwatched/stacks?wait=soon", 400, "wait='soon': expected seconds")]:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            api(base, token, path, method="POST")
+        assert e.value.code == code and said in json.loads(e.value.read())["message"], path
+    assert not live.stacks_request_file.exists()

@@ -2,6 +2,10 @@
 
 - ``GET  state``: clusters and the newest runs (``workbench.store.Records.state``);
 - ``POST runs/<id>/stop``: ask a running run to stop;
+- ``POST runs/<id>/stacks``: every task's state, place and stacks, read now by the kernel
+  that watches the run (``RunDir.request_stacks``; its watcher answers within a poll plus
+  the read, 2 s at most per task); 504 when no kernel answers within ``wait`` s (a query
+  argument, ``STACKS_WAIT`` by default);
 - ``POST runs/<id>/tensorboard``: start (or reuse) TensorBoard on the run's logs, on
   127.0.0.1; returns its URL. TensorBoard processes end with the server.
 """
@@ -25,6 +29,7 @@ if TYPE_CHECKING:
 
 RUN_ID = r"[A-Za-z0-9_~-][A-Za-z0-9_.~-]*"  # what a run directory may be called (not "..")
 URL_RUN_ID = r"[^/]+"  # checked against RUN_ID in the handler: a clear 400, not a bare 404
+STACKS_WAIT = 15.0  # s for the watching kernel to answer a request for stacks
 
 
 class _Base(APIHandler):
@@ -71,6 +76,32 @@ class StopHandler(_Base):
         self.finish(json.dumps({"run_id": run_id, "stopping": True}))
 
 
+class StacksHandler(_Base):
+    @web.authenticated
+    async def post(self, run_id: str) -> None:
+        run = self._run(run_id)
+        if run["status"] != "running":
+            raise web.HTTPError(409, f"run {run_id} is {run['status']}, not running: its tasks have no stacks")
+        try:
+            wait = float(self.get_argument("wait", str(STACKS_WAIT)))
+        except ValueError:
+            wait = -1.0
+        if not 0 < wait <= 60:
+            raise web.HTTPError(400, f"wait={self.get_argument('wait')!r}: expected seconds, more than 0 and at most 60")
+        run_dir = RunDir(run["run_dir"])
+        request = run_dir.request_stacks()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while (answer := run_dir.stacks_answer(request)) is None:
+            if loop.time() > deadline:
+                run_dir.stacks_request_file.unlink(missing_ok=True)  # not answered later, to no one
+                raise web.HTTPError(504, f"no kernel answered for run {run_id} within {wait:g} s: its stacks "
+                                         "are read by the kernel that watches it (the one that started it, or one "
+                                         "that attached to its cluster)")
+            await asyncio.sleep(0.1)
+        self.finish(json.dumps({"run_id": run_id, **answer}))
+
+
 class TensorBoardHandler(_Base):
     @web.authenticated
     async def post(self, run_id: str) -> None:
@@ -99,6 +130,7 @@ def setup(serverapp: "ServerApp") -> None:
     web_app.add_handlers(".*$", [
         (url_path_join(base, "state"), StateHandler),
         (url_path_join(base, "runs", f"({URL_RUN_ID})", "stop"), StopHandler),
+        (url_path_join(base, "runs", f"({URL_RUN_ID})", "stacks"), StacksHandler),
         (url_path_join(base, "runs", f"({URL_RUN_ID})", "tensorboard"), TensorBoardHandler),
     ])
     serverapp.log.info("workbench panel API at %s (records in %s)", base, web_app.settings["workbench_records"].home)

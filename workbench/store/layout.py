@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -199,6 +200,38 @@ class RunDir:
     def profile_request(self) -> dict | None:
         """The last profile request ({"id", "start", "steps"}), or None."""
         return files.read_json(self.profile_request_file)
+
+    # -- stacks asked from outside the kernel (the Workbench panel) --------------------------
+    @property
+    def stacks_request_file(self) -> Path:
+        return self.path / "STACKS"
+
+    @property
+    def stacks_json(self) -> Path:
+        return self.path / "stacks.json"
+
+    def request_stacks(self) -> str:
+        """Ask the kernel watching the run for every task's stacks (its watcher polls
+        ``stacks_requested``); returns the request's id, which its answer carries."""
+        request = f"{time.time():.6f}-{os.getpid()}"
+        files.write_json(self.stacks_request_file, {"id": request})
+        return request
+
+    def stacks_requested(self) -> str | None:
+        """The id of a request for stacks not answered yet, or None."""
+        if not self.stacks_request_file.exists():  # a stat per watcher poll: the usual case
+            return None
+        return (files.read_json(self.stacks_request_file) or {}).get("id")
+
+    def answer_stacks(self, request: str, tasks: list[dict]) -> None:
+        """The watcher's answer: ``tasks``, one dict per task (``common.hangs.TaskStacks.record``)."""
+        files.write_json(self.stacks_json, {"id": request, "time": time.time(), "tasks": tasks})
+        self.stacks_request_file.unlink(missing_ok=True)
+
+    def stacks_answer(self, request: str) -> dict | None:
+        """The answer to request ``request``, or None until it is written."""
+        answer = files.read_json(self.stacks_json)
+        return answer if answer and answer.get("id") == request else None
 
     # -- records ------------------------------------------------------------------------
     def read_run(self) -> RunRecord | None:

@@ -123,6 +123,9 @@ function runButtons(run: Run): string {
     `${title ? ` title="${esc(title)}"` : ''}>${label}</button>`;
   return [
     run.status === 'running' ? button('warn', 'stop', 'Stop') : '',
+    run.status === 'running'
+      ? button('accept', 'stacks', 'Stacks', "every task's state and Python stacks, read now")
+      : '',
     run.notebook ? button('accept', 'notebook', 'Notebook', run.notebook) : '',
     run.tensorboard ? button('accept', 'tensorboard', 'TensorBoard') : ''
   ].join('');
@@ -166,6 +169,32 @@ function updateRun(element: HTMLElement, run: Run): void {
     buttons.innerHTML = wanted;
     buttons.dataset.html = wanted;
   }
+}
+
+interface TaskStacks {
+  task: string;
+  engine: number;
+  host: string;
+  pid: number | null;
+  state: string;
+  where: string;
+  read_by: string;
+  text: string;
+}
+
+/** The answer to Stacks: a line per task saying where it is, each task's stacks folded
+ * under it (its innermost frames; run.stacks() in the notebook gives them all). */
+function renderStacks(answer: { time: number; tasks: TaskStacks[] }): string {
+  const at = new Date(answer.time * 1000).toLocaleTimeString();
+  const tasks = answer.tasks
+    .map(
+      t => `<details class="wb-stacks-task"><summary><b>${esc(t.task)}</b> ` +
+        `<span class="wb-stacks-state">${esc(t.state)}</span> ${esc(t.where)}</summary>` +
+        `<pre>${esc(t.text)}</pre></details>`
+    )
+    .join('');
+  return `<div class="wb-stacks-head">Stacks at ${esc(at)} ` +
+    `<button class="wb-stacks-close" data-action="close-stacks" title="close">×</button></div>${tasks}`;
 }
 
 function renderCluster(cluster: Cluster): string {
@@ -244,7 +273,8 @@ class WorkbenchPanel extends Widget {
       existing.delete(run.run_id);
       if (!element) {
         element = document.createElement('div');
-        element.innerHTML = '<div class="wb-run-body"></div><div class="wb-run-buttons"></div>';
+        element.innerHTML =
+          '<div class="wb-run-body"></div><div class="wb-run-buttons"></div><div class="wb-run-stacks"></div>';
       }
       updateRun(element, run);
       const at: Element | null = previous ? previous.nextElementSibling : runs.firstElementChild;
@@ -278,6 +308,25 @@ class WorkbenchPanel extends Widget {
           button.disabled = true;
           await api(`runs/${encodeURIComponent(runId)}/stop`, { method: 'POST' });
           this.say(`Asked run ${runId} to stop.`);
+          break;
+        case 'stacks': {
+          const where = row.querySelector('.wb-run-stacks') as HTMLElement;
+          button.disabled = true;
+          this.say(`Reading the stacks of run ${runId}...`);
+          try {
+            const reply = await api<{ time: number; tasks: TaskStacks[] }>(
+              `runs/${encodeURIComponent(runId)}/stacks`,
+              { method: 'POST' }
+            );
+            where.innerHTML = renderStacks(reply);
+            this.say('');
+          } finally {
+            button.disabled = false;
+          }
+          break;
+        }
+        case 'close-stacks':
+          (row.querySelector('.wb-run-stacks') as HTMLElement).innerHTML = '';
           break;
         case 'notebook':
           await this.app.commands.execute('docmanager:open', { path: row.dataset.notebook });

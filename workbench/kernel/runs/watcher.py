@@ -152,6 +152,7 @@ class Watcher:
         self.progressed, last_step = time.monotonic(), -1
         intervals = deque(maxlen=20)  # s between the last steps' arrivals
         first, last_read = None, 0.0  # the first read of a hung run's tasks (time, stacks); the last's time
+        run_dir = RunDir(run.run_dir)
         try:
             while True:
                 for name, ar in list(self.results.items()):
@@ -168,6 +169,9 @@ class Watcher:
                     run.log.merge(self._tail())
                 if self.mirror is not None and self.mirror.stop_to_forward():
                     self.request_stop()  # asked by the STOP file, which those hosts do not see
+                request = run_dir.stacks_requested()
+                if request is not None:  # the Workbench panel's Stacks button
+                    run_dir.answer_stacks(request, [s.record() for s in self.engines.read_stacks().values()])
                 step, now = run.step, time.monotonic()
                 if step != last_step:
                     if last_step > 0:
