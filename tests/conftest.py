@@ -31,7 +31,8 @@ _set("IPYTHONDIR", os.path.join(_HOME, "ipython"))
 # benchmarks' network lab among them) run one after the other on one worker, never beside
 # each other.
 SERIAL = {
-    "tests/test_testbed.py", "tests/test_hosts.py", "tests/test_host_faults.py", "tests/test_host_rundir.py",
+    "tests/test_testbed.py", "tests/test_hosts.py", "tests/test_host_faults.py", "tests/test_host_hangs.py",
+    "tests/test_host_rundir.py",
     "tests/test_launchers.py", "tests/test_links.py", "tests/test_link_runs.py", "tests/test_bench.py",
     "notebooks/08_scaling_out.ipynb", "notebooks/09_network_bottleneck.ipynb",
 }

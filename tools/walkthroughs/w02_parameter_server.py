@@ -69,6 +69,53 @@ v = p[p.kind == "model"]
 v.assign(ps=v.task.map(lambda t: f"ps:{t}")).groupby("ps").bytes.sum().rename("bytes held, sharded")
 """),
         md("""
+## Memory per parameter
+
+The references count what one parameter costs in training, in fp32: 4 bytes for the
+weight, 4 for its gradient, and the optimizer's state: none for plain SGD, 4 for momentum's
+velocity, 8 for Adam's two moments. That is 8, 12 and 16 bytes per parameter. The weight
+and the optimizer's state persist between steps, and a parameter-server run keeps both on
+its PS tasks: 4, 8 and 12 bytes. The gradient lives on a worker only during its step: it
+is what crosses the link, counted in the next section. With a partitioner, each of k PS
+tasks should hold 1/k of those bytes.
+
+The placement records the bytes of every variable where it lives, optimizer state
+included. Three short runs of the sharded model measure them, one per optimizer (about
+10 s each here):
+"""),
+        code("""
+def persistent_bytes(optimizer, momentum=0.0):
+    r = cluster.train(**dict(args, model=wb.models.module_mlp(64), steps=20), workers=1, ps=2,
+                      variable_partitioner=2, optimizer=optimizer, momentum=momentum).wait()
+    v = r.placement[r.placement.variable.notna()]
+    params = v[v.kind == "model"].bytes.sum() / 4  # fp32 weights
+    per_ps = v.groupby("task").bytes.sum()
+    return params, v.bytes.sum() / params, per_ps.max() / per_ps.sum()
+
+rows = []
+for label, optimizer, momentum, state in [("plain SGD", "sgd", 0.0, 0), ("SGD, momentum 0.9", "sgd", 0.9, 4),
+                                          ("Adam", "adam", 0.0, 8)]:
+    params, measured, largest = persistent_bytes(optimizer, momentum)
+    rows.append({"optimizer": label, "parameters": int(params),
+                 "references' bytes/param (+ gradient)": 4 + 4 + state,
+                 "predicted on the PS tasks": 4 + state, "measured on the PS tasks": round(measured, 3),
+                 "measured / predicted": round(measured / (4 + state), 4),
+                 "largest PS task's share (predicted 1/2)": round(largest, 3)})
+memory = pd.DataFrame(rows).set_index("optimizer")
+memory
+"""),
+        code("""
+for label, row in memory.iterrows():
+    print(wb.within(row["measured / predicted"], 0.99, 1.01, f"{label}: bytes per parameter held, measured / predicted"))
+    print(wb.within(row["largest PS task's share (predicted 1/2)"], 0.45, 0.55, f"{label}: the largest PS task's share"))
+"""),
+        md("""
+The few bytes above the prediction are the optimizer's own counters (its step count, an
+int64), which do not grow with the model. The 4 bytes of each gradient never appear in
+the placement: a worker makes them during its step and sends them to the PS tasks, which
+apply them and keep nothing.
+"""),
+        md("""
 ## What a step costs the PS tasks
 
 Each worker step reads every variable from the PS tasks and sends every gradient back:
