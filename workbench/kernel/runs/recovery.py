@@ -137,10 +137,18 @@ class EngineWatch:
         why, where = ("its process ended" if not self.stopped(task) else _STOPPED), ""
         if not pool.is_local(task.engine_id):  # on another host: its process gone, or its host cut off?
             where = f" on {host}"
-            if task.target and (answered or answer(task.target)) == "silent":
+            heard = (answered or answer(task.target)) if task.target else None
+            if heard == "silent":
                 why = (f"its host {host} is unreachable: {task.target} does not answer from here (a machine "
                        "down or a link cut)")
+            elif heard == "open":  # the controller dropped it, yet its TF server's port takes connections
+                why = (f"the controller stopped hearing from it, but its TF server at {task.target} still takes "
+                       "connections: its process is there but does not run (stopped by SIGSTOP or a debugger, "
+                       "or frozen), not ended")
         output = run.cluster.engine_output(task.engine_id) if pool.is_local(task.engine_id) else ""
+        # the engine's own process, as its stacks name it (an engine forked by a remote host's
+        # zygote registers its launcher's stand-in)
+        pid = (pool.debug_channel(task.engine_id) or {}).get("pid") or getattr(info, "pid", "?")
         kind = EngineError
         if crashed_in_profiler(output):
             kind, why = ProfilerCrashed, ("it crashed inside TensorFlow's profiler as run.profile()'s trace "
@@ -149,7 +157,7 @@ class EngineWatch:
         others = stacks.read(pool, [t for t in run.tasks if t is not task])  # where the others were left
         left = "".join(f"\n  {s.task} {s.where()}" for s in others.values())
         return kind(
-            f"{name} (engine {task.engine_id}{where}, pid {getattr(info, 'pid', '?')}) was lost at step "
+            f"{name} (engine {task.engine_id}{where}, pid {pid}) was lost at step "
             f"{run.step}: {why}. The run stopped; {resume}. run.resume() starts its tasks on fresh "
             f"engines and continues from there.{output}"
             + (f"\nThe other tasks as it was lost (their stacks: the error's .stacks):{left}" if left else ""),
