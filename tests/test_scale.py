@@ -107,6 +107,22 @@ def test_a_simulated_runs_stacks_read_as_engines_without_a_debug_thread(runs):
     assert all("no debug thread" in s.note for s in stacks.tasks.values()), stacks.table
 
 
+def test_a_replaced_tasks_old_result_does_not_stand_for_its_replacements(runs):
+    """A parameter-server worker replaced while the watcher collected results: the lost
+    engine's result, collected after the swap, is not taken for the replacement's (whose
+    placement event then never reached the run: the placement named the lost engine, seen
+    once in a full run of test_faults)."""
+    run = runs(2)
+    old, new = run.results["worker:1"], simulated.FakeResult()
+    run.watcher.swap("worker:1", new)
+    old.finish()
+    run.watcher._collect("worker:1", old)  # what the watcher's loop did with its list from before the swap
+    assert "worker:1" not in run.watcher.outcome
+    new.finish()
+    run.watcher._collect("worker:1", new)
+    assert "worker:1" in run.watcher.outcome
+
+
 def _kernel_cpu(runs, workers, steps=40, redraw_every=2):
     """CPU seconds of this thread for the kernel's work on ``steps`` steps of ``workers``
     workers: merges (one poll per publish), a dashboard redraw every ``redraw_every``

@@ -79,6 +79,10 @@ class Watcher:
         self.stall_timeout = stall_timeout
         self.start_timeout = start_timeout
         self.outcome: dict[str, TaskResult | ServerResult] = {}  # task name -> what the task returned
+        # a replacement's result in, the old one's out, at once: the old one, collected by
+        # this thread as the swap happened, once stood for the replacement's, whose placement
+        # event was never merged (the placement then named the lost engine)
+        self._swapping = threading.Lock()
         self.error: BaseException | None = None
         self.finished: float | None = None
         self.progressed = time.monotonic()  # when the run's step last advanced
@@ -113,8 +117,9 @@ class Watcher:
 
     def swap(self, name: str, ar: Any) -> None:
         """A replacement engine took over task ``name``: its result is collected afresh."""
-        self.results[name] = ar
-        self.outcome.pop(name, None)
+        with self._swapping:
+            self.results[name] = ar
+            self.outcome.pop(name, None)
         self.run.log.restart_source(name)  # the replacement counts its rows from 0
         self.run.log.lines.restart(name)  # and its lines from 1
         self._files.pop(name, None)  # its file is read from where its own capture began
@@ -223,6 +228,8 @@ class Watcher:
 
     def _collect(self, name: str, ar: Any) -> None:
         run = self.run
+        if self.results.get(name) is not ar:  # replaced meanwhile: the replacement's is collected
+            return
         task = self._task(name)
         if run.cluster.pool.alive(task.engine_id):
             # its last publishes (its last log lines; the final checkpoint) may come after its result
@@ -251,7 +258,10 @@ class Watcher:
                 f"--- engine traceback ---\n{tb}",
                 role=task.role, task=task.index, engine_id=task.engine_id, remote_traceback=tb)
             return
-        self.outcome[name] = result
+        with self._swapping:
+            if self.results.get(name) is not ar:
+                return
+            self.outcome[name] = result
         merged: Metrics = {"rows": result.get("rows", []), "events": result.get("events", [])}
         run.log.merge(merged)
 
