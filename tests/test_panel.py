@@ -95,7 +95,7 @@ def _check_buttons(page):
     panel's font, no bevelled border, Stop in red and the others in the theme's blue."""
     seen = page.evaluate(BUTTONS)
     buttons, bare = seen["buttons"], seen["bare"]
-    assert [b["text"] for b in buttons] == ["Stop", "Stacks", "Notebook", "TensorBoard"], seen
+    assert [b["text"] for b in buttons] == ["Stop", "Stacks", "Console", "Notebook", "TensorBoard"], seen
     for b in buttons:
         assert b["font"] == seen["font"] and b["border"] != bare["border"] and b["background"] != bare["background"], seen
     (r, g, bl), others = rgb(buttons[0]["background"]), [rgb(b["background"]) for b in buttons[1:]]
@@ -160,6 +160,21 @@ def _drive(page, base, token):
     page.screenshot(path=str(SHOTS / "lab-panel-stacks.png"))
     page.locator("#workbench-panel .wb-run button[data-action=close-stacks]").click()
     wait_for(lambda: tasks.count() == 0, 10, lambda: "the stacks to close")
+
+    # "Console": a console on the notebook's kernel, its prompt holding %%wb on worker:0 RUN;
+    # what the user types under it runs inside that engine while it trains
+    page.locator("#workbench-panel .wb-run button[data-action=console]").first.click()
+    prompt = page.locator(".jp-CodeConsole-promptCell .jp-InputArea-editor").last
+    wait_for(lambda: prompt.count() and f"%%wb on worker:0 {running['id']}" in prompt.inner_text(), 60,
+             lambda: f"the console's prompt: {page.locator('.jp-CodeConsole').last.inner_text()!r}")
+    prompt.click()
+    page.keyboard.press("Control+End")
+    page.keyboard.type("print(task.name, int(step.numpy()) > 0)")
+    page.keyboard.press("Shift+Enter")
+    outputs = page.locator(".jp-CodeConsole-content .jp-OutputArea-output")
+    wait_for(lambda: outputs.count() and "worker:0 True" in outputs.last.inner_text(), 60,
+             lambda: f"the cell's output from worker:0: {page.locator('.jp-CodeConsole').last.inner_text()!r}")
+    page.screenshot(path=str(SHOTS / "lab-panel-console.png"))
 
     # "Stop" stops it
     page.locator("#workbench-panel .wb-run button[data-action=stop]").first.click()

@@ -223,8 +223,11 @@ def test_the_records_served_are_the_ones_the_panel_reads():
     panel or the store's TypedDicts, fails here."""
     panel = _interfaces(PANEL_SOURCE.read_text())
     pairs = {"Task": schema.TaskRecord, "Run": schema.RunSummary, "Engine": schema.EngineRecord,
-             "Cluster": schema.ClusterRecord, "State": schema.State}
+             "Cluster": schema.ClusterRecord, "State": schema.State, "TaskStacks": schema.TaskStacksRecord}
     assert set(pairs) == set(panel), f"the panel's interfaces: {sorted(panel)}"
+    from workbench.common.hangs import TaskStacks
+
+    assert set(TaskStacks("worker:0", 1).record()) == _keys(schema.TaskStacksRecord)
     for name, typed in pairs.items():
         ours = _keys(typed) - NOT_IN_PANEL.get(name, set())
         assert panel[name] == ours, (f"interface {name} in {PANEL_SOURCE.name} reads {sorted(panel[name])}; "

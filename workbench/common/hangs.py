@@ -103,8 +103,8 @@ class TaskStacks:
         return main is not None and any(f[5] for f in main["frames"])
 
     def record(self, last: int | None = 10) -> dict[str, Any]:
-        """This task's state, place and stacks as JSON (what the Workbench panel shows;
-        ``last``: as in ``text``)."""
+        """This task's state, place and stacks as JSON (``store.schema.TaskStacksRecord``:
+        what the Workbench panel shows; ``last``: as in ``text``)."""
         return {"task": self.task, "engine": self.engine_id, "host": self.host, "pid": self.pid, "state": self.state,
                 "where": self.where(), "read_by": self.how or self.note, "text": self.text(last)}
 

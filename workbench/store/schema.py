@@ -101,3 +101,18 @@ class State(TypedDict):
     home: str
     clusters: list[ClusterRecord]
     runs: list[RunSummary]
+
+
+class TaskStacksRecord(TypedDict):
+    """One task's state, place and stacks (``common.hangs.TaskStacks.record``), as the
+    watcher writes them to ``stacks.json`` and ``POST /workbench/api/runs/<id>/stacks``
+    answers them for the panel's Stacks button."""
+
+    task: str
+    engine: int
+    host: str
+    pid: int | None
+    state: str
+    where: str
+    read_by: str
+    text: str

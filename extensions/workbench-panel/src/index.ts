@@ -126,6 +126,9 @@ function runButtons(run: Run): string {
     run.status === 'running'
       ? button('accept', 'stacks', 'Stacks', "every task's state and Python stacks, read now")
       : '',
+    run.status === 'running' && run.notebook
+      ? button('accept', 'console', 'Console', "a console on the run's kernel, its cells run inside worker:0's engine")
+      : '',
     run.notebook ? button('accept', 'notebook', 'Notebook', run.notebook) : '',
     run.tensorboard ? button('accept', 'tensorboard', 'TensorBoard') : ''
   ].join('');
@@ -290,6 +293,28 @@ class WorkbenchPanel extends Widget {
     (body.querySelector('.wb-home') as HTMLElement).textContent = `records in ${state.home}`;
   }
 
+  /** A JupyterLab console on the kernel of the notebook that started the run, its prompt
+   * holding `%%wb on worker:0 RUN`: what the user types under it runs inside that task's
+   * engine while it trains (run.console). Its cells wait while the notebook runs a cell. */
+  private async openConsole(notebook: string, runId: string): Promise<void> {
+    const sessions = this.app.serviceManager.sessions;
+    await sessions.refreshRunning();
+    const session = Array.from(sessions.running()).find(s => s.path === notebook && s.kernel);
+    if (!session || !session.kernel) {
+      throw new Error(`no kernel runs ${notebook}: the run's console is its notebook's kernel`);
+    }
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    const panel: any = await this.app.commands.execute('console:create', {
+      kernelPreference: { id: session.kernel.id },
+      insertMode: 'split-bottom',
+      name: `${runId} worker:0`
+    });
+    await panel.sessionContext.ready;
+    await panel.console.inject('%load_ext workbench'); // its %%wb magic (idempotent)
+    panel.console.promptCell.model.sharedModel.setSource(`%%wb on worker:0 ${runId}\n`);
+    this.say(`A console on ${notebook}'s kernel: its cells run inside worker:0 of run ${runId}.`);
+  }
+
   private say(text: string): void {
     this.message = text;
     this.messageUntil = Date.now() + MESSAGE_MS;
@@ -325,6 +350,9 @@ class WorkbenchPanel extends Widget {
           }
           break;
         }
+        case 'console':
+          await this.openConsole(row.dataset.notebook as string, runId);
+          break;
         case 'close-stacks':
           (row.querySelector('.wb-run-stacks') as HTMLElement).innerHTML = '';
           break;
