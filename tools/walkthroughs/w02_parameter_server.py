@@ -69,6 +69,86 @@ v = p[p.kind == "model"]
 v.assign(ps=v.task.map(lambda t: f"ps:{t}")).groupby("ps").bytes.sum().rename("bytes held, sharded")
 """),
         md("""
+## The seeds' own code, today
+
+The slides this walkthrough starts from (`seeds/001`) wrote distributed TensorFlow 1:
+a `tf.train.ClusterSpec` naming every task, `tf.train.replica_device_setter` placing each
+variable on a PS task round-robin and each op on the worker, and a
+`tf.train.MonitoredTrainingSession` running the steps. That code still runs, under
+`tf.compat.v1`. The cell below runs it as the slides wrote it (their two-layer network,
+here on digits) in a separate Python process holding two PS servers and one worker
+server, addressed on this machine's loopback, for 200 steps, and prints where each
+variable went (about 10 s; TensorFlow's servers listen on every interface while they
+live, as the workbench's own do, here for the seconds this process lasts):
+"""),
+        code(r"""
+import subprocess
+import sys
+
+TF1 = r'''
+import socket
+import numpy as np
+import tensorflow as tf
+from sklearn.datasets import load_digits
+
+v1 = tf.compat.v1
+v1.disable_eager_execution()
+ports = []
+for _ in range(3):  # free ports on loopback
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        ports.append(probe.getsockname()[1])
+cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"],
+                                "worker": [f"127.0.0.1:{ports[2]}"]})
+servers = [v1.train.Server(cluster, job_name="ps", task_index=i) for i in range(2)]
+server = v1.train.Server(cluster, job_name="worker", task_index=0)
+
+digits = load_digits()
+x_all, y_all = (digits.data / 16).astype("float32"), digits.target.astype("int64")
+v1.set_random_seed(0)
+with v1.device(v1.train.replica_device_setter(worker_device="/job:worker/task:0", cluster=cluster)):
+    x, labels = v1.placeholder(tf.float32, [None, 64]), v1.placeholder(tf.int64, [None])
+    weights_1 = v1.Variable(v1.random_normal([64, 64], stddev=0.1), name="weights_1")
+    biases_1 = v1.Variable(tf.zeros([64]), name="biases_1")
+    weights_2 = v1.Variable(v1.random_normal([64, 10], stddev=0.1), name="weights_2")
+    biases_2 = v1.Variable(tf.zeros([10]), name="biases_2")
+    layer_1 = tf.nn.relu(tf.matmul(x, weights_1) + biases_1)
+    logits = tf.matmul(layer_1, weights_2) + biases_2
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+    global_step = v1.train.get_or_create_global_step()
+    train_op = v1.train.GradientDescentOptimizer(0.5).minimize(loss, global_step=global_step)
+for v in (weights_1, biases_1, weights_2, biases_2, global_step):
+    print(f"{v.op.name:12s} {v.device}")
+print(f"{'the matmul':12s} {layer_1.op.device}")
+
+losses, rng = [], np.random.RandomState(0)
+with v1.train.MonitoredTrainingSession(master=server.target, is_chief=True,
+                                       hooks=[v1.train.StopAtStepHook(last_step=200)]) as sess:
+    while not sess.should_stop():
+        i = rng.randint(0, len(x_all), 64)
+        losses.append(sess.run([train_op, loss], feed_dict={x: x_all[i], labels: y_all[i]})[1])
+print(f"steps: {len(losses)}, loss below a quarter of its first: {losses[-1] < losses[0] / 4} "
+      f"(measured {losses[0]:.2f} -> {np.mean(losses[-10:]):.2f})")
+'''
+tf1 = subprocess.run([sys.executable, "-c", TF1], capture_output=True, text=True, timeout=300)
+assert tf1.returncode == 0, tf1.stderr[-3000:]
+print(tf1.stdout)
+"""),
+        md("""
+The same rule as TensorFlow 2's `ParameterServerStrategy` in the two-PS run above:
+variables go round-robin over the PS tasks in the order they are made, so each weight
+matrix lands on `ps:0` and each bias on `ps:1` (the global step, made last, on `ps:0`),
+while the ops run on the worker. Each TensorFlow 1 call has a TensorFlow 2 successor, and
+the workbench makes those calls for you:
+
+| TensorFlow 1 (the slides) | TensorFlow 2 | in the workbench |
+| --- | --- | --- |
+| `tf.train.ClusterSpec({...})` and a `tf.train.Server` per task | `TF_CONFIG` and `tf.distribute.Server` | `cluster.train(workers=..., ps=...)` places the tasks on engines and writes each one's `TF_CONFIG` |
+| `tf.train.replica_device_setter(...)` | `ParameterServerStrategy(variable_partitioner=...)` | `strategy="parameter_server"`, `variable_partitioner=k` |
+| `tf.train.MonitoredTrainingSession(master=..., is_chief=...)` | `ClusterCoordinator.schedule(...)` on the chief, `tf.train.CheckpointManager` | the chief engine's loop: steps, checkpoints, evaluation, stop |
+| `with tf.device("/job:ps/task:0")` (model parallelism) | `with tf.device(...)` inside a `tf.function` | no strategy of its own: `01_data_vs_model_parallelism` |
+"""),
+        md("""
 ## Memory per parameter
 
 The references count what one parameter costs in training, in fp32: 4 bytes for the
