@@ -221,7 +221,7 @@ two.wait()
         md("""
 Measured here, two workers against one (steps/s as the dashboard and `wb.compare` count
 them). These numbers change from run to run; in the runs behind this text two workers did
-x0.8-1.46 the steps per second of one, not twice as many: on 2 cores the workers, the PS task and the coordinator share the same
+x0.8-1.49 the steps per second of one, not twice as many: on 2 cores the workers, the PS task and the coordinator share the same
 cores, and TensorFlow mostly ran one scheduled call's PS work at a time (below).
 """),
         code("""
