@@ -12,6 +12,7 @@ import time
 
 import pytest
 from test_hangs import BLOCK_AFTER, DIGITS, MLP, NAMED_WITHIN, hang_named, pipeline_that_blocks
+from test_hangs import no_run_left  # noqa: F401  (autouse here too, on this module's cluster)
 
 import workbench as wb
 from checks import bed_cluster, wait_for
@@ -27,15 +28,6 @@ def cluster():
             yield c
         finally:
             c.stop()
-
-
-@pytest.fixture(autouse=True)
-def no_run_left(cluster):
-    """A test that failed halfway leaves no run behind for the next."""
-    yield
-    for run in cluster.runs:
-        if not run.done:
-            run.stop(timeout=20)
 
 
 def worker_1(cluster, run):
