@@ -218,15 +218,21 @@ class RunDir:
         return request
 
     def stacks_requested(self) -> str | None:
-        """The id of a request for stacks not answered yet, or None."""
+        """The id of a request for stacks not answered yet, or None. A request file that
+        holds no id (not written by ``request_stacks``: its writes are atomic) is answered
+        as request "" and so removed, not re-read on every poll."""
         if not self.stacks_request_file.exists():  # a stat per watcher poll: the usual case
             return None
-        return (files.read_json(self.stacks_request_file) or {}).get("id")
+        request = files.read_json(self.stacks_request_file)
+        return str(request.get("id") or "") if isinstance(request, dict) else ""
 
     def answer_stacks(self, request: str, tasks: list[dict]) -> None:
         """The watcher's answer: ``tasks``, one dict per task (``common.hangs.TaskStacks.record``)."""
         files.write_json(self.stacks_json, {"id": request, "time": time.time(), "tasks": tasks})
-        self.stacks_request_file.unlink(missing_ok=True)
+        # a newer request may have replaced this one while its stacks were read: it stays, and
+        # the next poll answers it
+        if self.stacks_requested() == request:
+            self.stacks_request_file.unlink(missing_ok=True)
 
     def stacks_answer(self, request: str) -> dict | None:
         """The answer to request ``request``, or None until it is written."""
