@@ -32,7 +32,7 @@ import workbench as wb
 from workbench.common.rates import parse_rate
 
 try:
-    bed = wb.testbed(hosts=4, link="1gbit")
+    bed = wb.testbed(hosts=6, link="1gbit")
 except wb.TestbedError as e:
     bed = None
     print("No emulated hosts here:", e)
@@ -91,11 +91,11 @@ def stretch(run, whole=False):
     return last - first, ended - began, moved
 
 
-def allreduce(rate, steps, model=BIG, slow=None, compression=None):
+def allreduce(rate, steps, model=BIG, slow=None, compression=None, workers=2):
     for host in bed.hosts:
         bed.set_link(host, rate)
-    run = cluster.train(model, wb.datasets.digits(), strategy="multi_worker_mirrored", workers=2,
-                        global_batch_size=64, steps=steps, checkpoint_every=0, seed=0, dashboard=False,
+    run = cluster.train(model, wb.datasets.digits(), strategy="multi_worker_mirrored", workers=workers,
+                        global_batch_size=32 * workers, steps=steps, checkpoint_every=0, seed=0, dashboard=False,
                         compression=compression)
     if slow is not None:  # one worker's host on a slow link, as soon as the tasks are placed
         bed.set_link(next(t.host for t in run.tasks if t.name == slow), "20mbit")
@@ -108,7 +108,8 @@ def allreduce(rate, steps, model=BIG, slow=None, compression=None):
     use = max(max(moved[x]) * 8 / seconds / bed.links[x] for x in hosts)  # the busier direction
     steps_per_s = n / seconds  # = speed(run)
     return dict(model_bytes=model_bytes, steps_per_s=steps_per_s, sent_over_model=sent / model_bytes,
-                bus_over_link=model_bytes * 8 * steps_per_s / parse_rate(rate), link_use=use, run=run)
+                bus_over_link=model_bytes * 8 * steps_per_s / parse_rate(rate), link_use=use, run=run,
+                predicted=run.explain().prediction["steps_per_s"])
 
 
 def show(name, r):
@@ -120,7 +121,7 @@ if bed is not None:
     # work (a full test run's other worker) does not decide the figure
     ring = {rate: allreduce(rate, steps) for rate, steps in (("100mbit", 60), ("1gbit", 60))}
     for rate, r in ring.items():
-        show(rate, r)
+        show(rate, {k: v for k, v in r.items() if k != "predicted"})
 """, volatile=True),
         code("""
 if bed is not None:
@@ -174,7 +175,7 @@ if bed is not None:
     widths = {"float32": ring["100mbit"]}
     widths.update({kind: allreduce("100mbit", steps, compression=kind) for kind, steps in (("fp16", 30), ("int8", 40))})
     for kind, r in widths.items():
-        show(kind, r)
+        show(kind, {k: v for k, v in r.items() if k != "predicted"})
         print("    bytes the workbench handed to the all-reduce:", int(r["run"].history.comm_bytes.iloc[-1]))
 """, volatile=True),
         code("""
@@ -198,6 +199,65 @@ on every step, and at a quarter of the bytes the 2 cores, not the link, set more
 pace. On loopback, where no link is full, the same compression buys little or nothing
 (`bench/anatomy.py`).
 
+## The ring at 2, 3 and 4 workers: nearly flat in n
+
+With 2 workers a ring all-reduce sends one model's bytes S per host and step, as a
+parameter server would, and the ring formula cannot be told from anything else: in
+general each of n hosts sends (and receives) **2(n-1)/n x S** per step, a reduce-scatter
+then an all-gather of n chunks of S/n. That is 1.0 S at 2 workers, 1.33 S at 3, 1.5 S at
+4, and never more than 2 S however many workers join: on a link-bound ring each step
+costs at most twice the 2-worker step while the work per step grows n times.
+
+The same 2.6 MB model on 100 Mbit links, 32 examples per worker and step, at 3 and 4
+workers (each host its own engine: 3 and 4 of the bed's 6 hosts). Beside each: what the
+cost model (`run.explain()`, `workbench/common/costmodel.py`) predicts for that run from
+the link rate, the model's bytes and the run's own compute.
+"""),
+        code("""
+if bed is not None:
+    rings = {2: ring["100mbit"]}
+    rings.update({n: allreduce("100mbit", 60, workers=n) for n in (3, 4)})
+    print(" n  bytes sent per host / S  2(n-1)/n   steps/s measured  predicted  measured/predicted")
+    for n, r in rings.items():
+        print(f"{n:2d}  {r['sent_over_model']:22.3f}  {2 * (n - 1) / n:8.3f}   {r['steps_per_s']:16.2f}  "
+              f"{r['predicted']:9.2f}  {r['steps_per_s'] / r['predicted']:18.2f}")
+""", volatile=True),
+        code("""
+import matplotlib.pyplot as plt
+
+if bed is not None:
+    ns = np.array(sorted(rings))
+    grid = np.linspace(2, 8, 61)
+    S = rings[2]["model_bytes"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    left.plot(grid, 2 * (grid - 1) / grid, color="#888", label="2(n-1)/n: predicted")
+    left.plot(ns, [rings[n]["sent_over_model"] for n in ns], "o", color="#c30", label="measured (link counters)")
+    left.set(xlabel="workers n", ylabel="bytes sent per host / S", ylim=(0, 2.1), title="a ring's bytes per host")
+    scale = rings[2]["predicted"] * 2 * (2 - 1) / 2  # the model's 2-worker steps/s x its bytes
+    right.plot(grid, scale / (2 * (grid - 1) / grid), color="#888", label="2 workers' prediction x 1 / (2(n-1)/n)")
+    right.plot(ns, [rings[n]["predicted"] for n in ns], "s", mfc="none", color="#555", label="run.explain() predicted")
+    right.plot(ns, [rings[n]["steps_per_s"] for n in ns], "o", color="#c30", label="measured")
+    right.set(xlabel="workers n", ylabel="steps/s", ylim=(0, None), title="100 Mbit: steps/s against n")
+    for ax in (left, right):
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    plt.show()
+    sent = {n: rings[n]["sent_over_model"] / (2 * (n - 1) / n) for n in ns}
+    ratios = {n: rings[n]["steps_per_s"] / rings[n]["predicted"] for n in ns}
+    print(f"each host sends 2(n-1)/n x S, within 0.95-1.1 of it at n = 2, 3, 4: "
+          f"{all(0.95 <= x <= 1.1 for x in sent.values())} (measured {[round(float(x), 3) for x in sent.values()]})")
+    print(f"steps/s measured / predicted within 0.75-1.25 at n = 2, 3, 4: {all(0.75 <= x <= 1.25 for x in ratios.values())} "
+          f"(measured {[round(float(x), 2) for x in ratios.values()]})")
+    drop = rings[4]["steps_per_s"] / rings[2]["steps_per_s"]
+    print(f"4 workers keep 0.55-0.8 of 2 workers' steps/s (the formula: 1.0 / 1.5 = 0.67; 1/n scaling "
+          f"would give 0.5): {0.55 <= drop <= 0.8} (measured {drop:.2f})")
+"""),
+        md("""
+A ring's bytes per host barely grow with n, so its steps/s on a full link barely fall:
+each step of 4 workers does twice the work of a step of 2 (32 examples per worker) for 1.5
+times the bytes. The cost model's prediction is computed per run from its link rates, its
+model's bytes and the compute it measured; the measured bytes are the veths' counters.
+
 ## Synchronous vs asynchronous under one slow link
 
 A synchronous all-reduce moves at the pace of its slowest link: put one MWMS worker's host
@@ -206,9 +266,9 @@ fast worker keep going. A smaller model here (64-512-10: 153,640 bytes), every o
 at 1 Gbit.
 """),
         code("""
-def ps_run(workers, ps=1, ps_rate="20mbit", slow=None, steps=40, **options):
+def ps_run(workers, ps=1, ps_rate="20mbit", slow=None, steps=40, worker_rate="1gbit", **options):
     for host in bed.hosts:
-        bed.set_link(host, "1gbit")
+        bed.set_link(host, worker_rate)
     run = cluster.train(wb.models.module_mlp(64, hidden=(512,)), wb.datasets.digits(), strategy="parameter_server",
                         workers=workers, ps=ps, global_batch_size=64, steps=steps, checkpoint_every=0, seed=0,
                         dashboard=False, **options)
@@ -220,8 +280,16 @@ def ps_run(workers, ps=1, ps_rate="20mbit", slow=None, steps=40, **options):
     run.wait()
     n, seconds, moved = stretch(run, whole=True)  # why whole: below
     util = [float(max(moved[h]) * 8 / seconds / bed.links[h]) for h in ps_hosts]
-    per_step = [float(sum(moved[h]) / n) for h in ps_hosts]
+    per_step = [float(sum(moved[h]) / n) for h in ps_hosts]  # both directions
     return run, dict(steps_per_s=float(n / seconds), ps_util=util, ps_bytes_per_step=per_step)
+
+
+def predicted(run):
+    \"\"\"What the cost model predicts for ``run`` (``run.explain()``): steps/s and each PS
+    host's link use.\"\"\"
+    p = run.explain().prediction
+    return dict(steps_per_s=p["steps_per_s"],
+                ps_util=[p["link_util"].get(t.host, float("nan")) for t in run.tasks if t.role == "ps"])
 
 
 def per_worker(run):
@@ -289,21 +357,24 @@ traced at a time); walkthrough 02's looped runs show up to a few percent of step
 
 ## A parameter server's link fills up as workers grow; 2 PS split it
 
-Under ParameterServerStrategy every worker pulls the variables from the PS and pushes its
-gradients back on every step: 2 model's bytes cross the PS host's link per worker step,
-whatever the number of workers. Give the PS host a slow link (20 Mbit) and that link, not
-the workers, sets the pace: a second worker adds load to the same link, not steps.
+Under ParameterServerStrategy every worker step pulls the variables from the PS and
+pushes its gradients back: S bytes each way (S = 153,640 here) cross the PS host's link
+per global step, whatever the number of workers. The pull of one step and the push of
+the step before cross at once, one each way (links are full duplex), so one worker's
+step takes S / (its link's bytes/s), plus its compute. The cost model puts this into
+numbers (claim 3 of the teaching references: a round takes max(S/B, n S/(k B)) on k PS
+links of B bytes/s):
 
-Dean et al. shard the parameters over several parameter servers for this reason. Three
-runs, every PS link at 20 Mbit:
+- each worker alone: r1 = 1 / (S / B_worker + compute) steps/s;
+- n workers: min(n x r1, k x B_ps / S), the PS links' rate as soon as n x r1 reaches it.
 
-- 2 workers, 1 PS (the same tasks as the run above: no engine restarts);
-- 1 worker, 2 PS tasks *without* a partitioner: PS tasks take whole variables
-  round-robin, every kernel on `ps:0` and every bias on `ps:1`, so one PS link carries
-  nearly all the bytes: the one-worker, one-busy-PS-link case;
-- the same with each variable split in two (`variable_partitioner=2`; the model is a
-  `tf.Module` MLP, since Keras 3 models cannot be sharded, see walkthrough 02): each PS
-  link carries half of the traffic.
+Give every worker's host 10 Mbit and the PS host twice that, 20 Mbit: one worker fills
+about half of the PS link, two nearly fill it, and a third adds load but few steps. Then spread
+the variables over 2 PS tasks on 2 hosts (each 20 Mbit): first *without* a partitioner
+(PS tasks take whole variables round-robin, every kernel on `ps:0`, every bias on `ps:1`:
+one PS link carries nearly all the bytes), then with each variable split in two
+(`variable_partitioner=2`; the model is a `tf.Module` MLP, since Keras 3 models cannot
+be sharded, see walkthrough 02): each PS link carries half, and 3 workers run at 3 x r1.
 """),
         code("""
 def rounded(r):
@@ -311,38 +382,57 @@ def rounded(r):
 
 
 if bed is not None:
-    ps2 = ps_run(workers=2)[1]
-    one_link = ps_run(workers=1, ps=2)[1]
-    sharded = ps_run(workers=1, ps=2, variable_partitioner=2)[1]
-    for name, r in (("2 workers, 1 PS:", ps2), ("1 worker, 2 PS, not sharded:", one_link),
-                    ("1 worker, 2 PS, sharded:", sharded)):
-        print(name, rounded(r))
+    load = {}
+    for label, n, k, options in (("1 worker, 1 PS", 1, 1, {}), ("2 workers, 1 PS", 2, 1, {}),
+                                 ("3 workers, 1 PS", 3, 1, {}), ("3 workers, 2 PS, not sharded", 3, 2, {}),
+                                 ("3 workers, 2 PS, sharded", 3, 2, {"variable_partitioner": 2})):
+        run, measured = ps_run(workers=n, ps=k, ps_rate="20mbit", worker_rate="10mbit", steps=60, **options)
+        load[label] = dict(measured=measured, predicted=predicted(run))
+        print(f"{label:29s} measured {rounded(measured)}")
+        print(f"{'':29s} predicted {rounded(load[label]['predicted'])}")
 """, volatile=True),
         code("""
 if bed is not None:
-    moved = ps2["ps_bytes_per_step"][0] / 153_640
-    busy = max(one_link["ps_bytes_per_step"]) / sum(one_link["ps_bytes_per_step"])
-    one = one_link["ps_util"][int(np.argmax(one_link["ps_bytes_per_step"]))]  # the busy PS link, 1 worker
-    gain = ps2["steps_per_s"] / one_link["steps_per_s"]
-    share = max(sharded["ps_bytes_per_step"]) / sum(sharded["ps_bytes_per_step"])
-    faster = sharded["steps_per_s"] / one_link["steps_per_s"]
-    print(f"the PS link carries the model twice a worker step, pull and push (1.5-2.6x its 153,640 B): "
-          f"{1.5 <= moved <= 2.6} (measured x{moved:.2f})")
-    print(f"without a partitioner one of the 2 PS links carries >= 90% of the bytes: {busy >= 0.9} (measured {busy:.0%})")
-    print(f"with 2 workers the PS link is fuller (>= 1.2x, or >= 0.8 of its rate): "
-          f"{ps2['ps_util'][0] >= min(1.2 * one, 0.8)} (measured {one:.2f} -> {ps2['ps_util'][0]:.2f})")
-    print(f"steps/s grow less than the workers (2 workers < 1.8x of 1): {gain < 1.8} (measured x{gain:.2f})")
-    print(f"sharded, the busier of the 2 PS links carries 40-65% of the bytes: {0.4 <= share <= 0.65} "
-          f"(measured {share:.0%})")
-    print(f"sharded over 2 PS hosts: steps/s >= 1.3x of one busy PS link: {faster >= 1.3} (measured x{faster:.2f})")
+    S = 153_640
+    one, two, three = (load[f"{n} worker{'s' if n > 1 else ''}, 1 PS"] for n in (1, 2, 3))
+    flat, sharded = load["3 workers, 2 PS, not sharded"], load["3 workers, 2 PS, sharded"]
+    moved = [r["measured"]["ps_bytes_per_step"][0] / (2 * S) for r in (one, two, three)]
+    ratios = [r["measured"]["steps_per_s"] / r["predicted"]["steps_per_s"] for r in (one, two, three, sharded)]
+    grow, more = (two["measured"]["steps_per_s"] / one["measured"]["steps_per_s"],
+                  three["measured"]["steps_per_s"] / two["measured"]["steps_per_s"])
+    busy = max(flat["measured"]["ps_bytes_per_step"]) / sum(flat["measured"]["ps_bytes_per_step"])
+    share = max(sharded["measured"]["ps_bytes_per_step"]) / sum(sharded["measured"]["ps_bytes_per_step"])
+    faster = sharded["measured"]["steps_per_s"] / three["measured"]["steps_per_s"]
+    print(f"the PS link carries S each way per global step at 1, 2 and 3 workers (0.95-1.15 of 2 S): "
+          f"{all(0.95 <= x <= 1.15 for x in moved)} (measured {[round(x, 3) for x in moved]})")
+    print(f"steps/s measured / predicted within 0.75-1.25 (1, 2, 3 workers; sharded): "
+          f"{all(0.75 <= x <= 1.25 for x in ratios)} (measured {[round(x, 2) for x in ratios]})")
+    print(f"one worker leaves the PS link unsaturated (use 0.3-0.65): {0.3 <= one['measured']['ps_util'][0] <= 0.65} "
+          f"(measured {one['measured']['ps_util'][0]:.2f}, predicted {one['predicted']['ps_util'][0]:.2f})")
+    print(f"two workers make 1.4-2.1x one worker's steps/s: {1.4 <= grow <= 2.1} (measured x{grow:.2f})")
+    print(f"the third adds little: 3 workers make 0.75-1.25x of 2 workers' steps/s: {0.75 <= more <= 1.25} "
+          f"(measured x{more:.2f}, predicted x{three['predicted']['steps_per_s'] / two['predicted']['steps_per_s']:.2f})")
+    print(f"with 3 workers the PS link is (nearly) full (use >= 0.75): {three['measured']['ps_util'][0] >= 0.75} "
+          f"(measured {three['measured']['ps_util'][0]:.2f})")
+    print(f"2 PS without a partitioner: one PS link carries >= 90% of the bytes: {busy >= 0.9} (measured {busy:.0%})")
+    print(f"2 PS, sharded: the busier PS link carries 40-60% of the bytes: {0.4 <= share <= 0.6} (measured {share:.0%})")
+    print(f"sharded over 2 PS hosts, 3 workers make >= 1.3x the steps/s of 1 PS: {faster >= 1.3} "
+          f"(measured x{faster:.2f})")
 """),
         md("""
 A full link reads ~0.95 here, not 1.0: the headers `tbf` charges (above).
 
-The runs are ordered to restart few engines: every MultiWorkerMirroredStrategy run first
-(the same two engines keep the same TF state), then the parameter-server runs, the two
-with 2 workers back to back. An engine restarts (over SSH, several seconds) only when a
-run needs a different cluster of TF tasks than the one it holds.
+The predictions above take each run's own compute and link rates; the steps/s measured
+here count from the end of a run's first step to its last (the chief's order of
+collection, above), and the bytes are the PS hosts' link counters over the same seconds.
+At 3 workers a PS link's bytes per step come out a little below S each way when the
+figure counts steps that ran before the stretch: 2 cores also run the chief, the PS and
+3 workers, and at ~27 steps/s of this model they, not the links, set the pace (measured
+with 20/40 Mbit links), which is why the links here are 10 and 20 Mbit.
+
+An engine restarts (over SSH, several seconds) only when a run needs a different cluster
+of TF tasks than the one it holds: here at each change of the number of workers or PS
+tasks.
 """),
         md("""
 ## Clean up
