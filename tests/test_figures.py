@@ -77,6 +77,58 @@ def test_asynchronous_steps_count_by_when_they_ended_not_by_their_numbers():
     assert fig["wall_time"] == pytest.approx(0.6 + 8e-5)
 
 
+def async_calls(workers=3, calls=2, n=10):
+    """A parameter-server run's calls (worker, start, end, steps): a first call of one step,
+    then each worker runs calls of ``n`` steps back to back, 1 s each, except its first,
+    which traces its function: 1 + 0.5 x its index s."""
+    out = [("worker:0", 0.0, 0.1, 1)]
+    for w in range(workers):
+        start = 0.1
+        for c in range(calls):
+            span = 1.0 + 0.5 * w if c == 0 else 1.0
+            out.append((f"worker:{w}", start, start + span, n))
+            start += span
+    return sorted(out, key=lambda c: c[2])
+
+
+def async_rows(calls):
+    """Those calls' rows as the chief records them: each row stamped with its call's end on
+    its worker, numbered in the order of those ends, its step time the call's span / n."""
+    step, time, step_time, worker, s = [], [], [], [], 0
+    for name, start, end, k in calls:
+        for _ in range(k):
+            s += 1
+            step.append(s), time.append(100.0 + end), step_time.append((end - start) / k), worker.append(name)
+    return np.array(step), np.array(time), np.array(step_time), np.array(worker)
+
+
+def test_asynchronous_steps_count_the_share_of_their_call_inside_the_stretch():
+    """When the stretch starts, the other workers are inside calls begun before it (their
+    first: traced, long); at the run's end none is left running. Counted whole, such calls
+    made 60-step runs of 3 workers read x1.2-1.4 of what their PS link carried (measured
+    on the bed); counted by the share of each call inside the stretch, the rate is what
+    the workers did in it: here each step of a call ends at its own share of the call."""
+    calls = async_calls()
+    step, time, step_time, worker = async_rows(calls)
+    frame = pd.DataFrame({"step": step, "time": time, "step_time": step_time, "worker": worker})
+    first, began, last, ended = figures.steady_stretch(frame)  # what link counters are read over
+    ends = [100.0 + a + (j + 1) * (e - a) / k for _, a, e, k in calls for j in range(k)]
+    true = sum(began < x <= ended for x in ends) / (ended - began)  # the steps that ended inside it
+    whole = figures.run_figures(step, time, step_time, global_batch_size=64)["steps_per_s"]  # no workers given
+    fig = figures.run_figures(step, time, step_time, global_batch_size=64, workers=worker)
+    assert whole > 1.3 * true, (whole, true)  # x1.43 here: a 61-step run, as on the bed
+    assert fig["steps_per_s"] == pytest.approx(true, rel=0.05) and fig["examples_per_s"] == fig["steps_per_s"] * 64
+    assert figures.history_figures(frame, 64)["steps_per_s"] == fig["steps_per_s"]
+    assert (last - first) / (ended - began) == pytest.approx(fig["steps_per_s"])
+    # one worker, or a synchronous run's rows (every step reported by each worker): as before
+    assert figures.asynchronous(step, worker) and not figures.asynchronous(step, np.full(len(step), "worker:0"))
+    sync_step, sync_time, sync_step_time = rows()
+    sync_workers = np.tile(["worker:0", "worker:1"], 100)
+    assert not figures.asynchronous(sync_step, sync_workers)
+    assert figures.run_figures(sync_step, sync_time, sync_step_time, 64, workers=sync_workers)["steps_per_s"] == \
+        figures.run_figures(sync_step, sync_time, sync_step_time, 64)["steps_per_s"]
+
+
 def test_a_resumed_run_s_figures_are_its_newest_attempt_s():
     """Issue 35.6: a run did 200 steps at 371.5 steps/s, stopped, and was resumed a minute
     later from its checkpoint at step 200 for 200 more at 213.7. Its figures are the newest
