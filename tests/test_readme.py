@@ -7,6 +7,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -121,3 +122,23 @@ def test_the_saved_walkthroughs_print_plain_numbers():
                 text = output.get("text", "") + str(output.get("data", {}).get("text/plain", ""))
                 seen += [(path.name, m) for m in re.findall(r"np\.\w+\([^)]*\)", text)]
     assert not seen, seen
+
+
+def test_each_walkthrough_says_how_long_it_ran_and_whether_it_needs_root_as_its_saved_cells_say():
+    """Issue 39: each notebook says at its top how long it runs here and whether it needs
+    root. The number is its saved execution's own (first cell to last reply, from the
+    cells' metadata), written by tools/make_notebooks.py, and notebooks/README.md agrees."""
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import make_notebooks as mk
+
+    readme = (ROOT / "notebooks" / "README.md").read_text()
+    for name in mk.notebooks():
+        nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+        title = nb.cells[0].source.split("\n")
+        assert title[2] == mk.stamp_line(name, mk.run_time(nb)), (name, title[:3])
+        needs_root = any("wb.testbed(" in c.source for c in nb.cells if c.cell_type == "code")
+        assert (name in mk.ROOT_NEEDED) == needs_root, name
+        row = next(line for line in readme.splitlines() if line.startswith(f"| [`{name}`]"))
+        assert row.endswith(f"| {mk.run_time(nb):.0f} s{' (root)' if needs_root else ''} |"), row

@@ -39,6 +39,41 @@ def notebooks():
     return out
 
 
+STAMP = "*Run time here:"  # the line ``stamp`` writes under a notebook's title
+ROOT_NEEDED = {"08_scaling_out", "09_network_bottleneck"}  # their emulated hosts (wb.testbed) need root
+
+
+def run_time(nb) -> float:
+    """Seconds from the first cell's execution to the last one's reply, as saved with ``nb``."""
+    from datetime import datetime
+
+    times = [c.metadata.get("execution", {}) for c in nb.cells if c.cell_type == "code"]
+    starts = [datetime.fromisoformat(t["iopub.execute_input"].rstrip("Z")) for t in times if "iopub.execute_input" in t]
+    ends = [datetime.fromisoformat(t["shell.execute_reply"].rstrip("Z")) for t in times if "shell.execute_reply" in t]
+    return (max(ends) - min(starts)).total_seconds() if starts and ends else float("nan")
+
+
+def stamp_line(name, seconds):
+    root = ("needs root (its emulated hosts); without root those cells say so and are skipped"
+            if name in ROOT_NEEDED else "needs no root")
+    return (f"{STAMP} {seconds:.0f} s* in the execution saved with it, on this project's 2-core machine without "
+            f"a GPU (a loaded machine takes longer); it {root}.")
+
+
+def stamp(name):
+    """Write under the notebook's title how long its saved execution took and whether it
+    needs root: the number read from the saved cells' own execution times."""
+    path = ROOT / "notebooks" / f"{name}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    title = nb.cells[0]  # "# The title", a blank line, the text
+    lines = title.source.split("\n")
+    if len(lines) > 2 and lines[2].startswith(STAMP):  # stamped before: that line and its blank one go
+        del lines[2:4]
+    lines[1:1] = ["", stamp_line(name, run_time(nb))]
+    title.source = "\n".join(lines)
+    nbformat.write(nb, path)
+
+
 def build(name):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -47,9 +82,14 @@ def build(name):
     nbformat.write(nb, path)
     subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
                     "--inplace", "--ExecutePreprocessor.timeout=900", str(path)], check=True)
+    stamp(name)
     print("wrote", path)
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:] or notebooks():
-        build(name)
+    if sys.argv[1:2] == ["--stamp"]:  # only (re)write the run-time lines from the saved executions
+        for name in sys.argv[2:] or notebooks():
+            stamp(name)
+    else:
+        for name in sys.argv[1:] or notebooks():
+            build(name)
