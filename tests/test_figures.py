@@ -122,6 +122,8 @@ def test_asynchronous_steps_count_the_share_of_their_call_inside_the_stretch():
     assert (last - first) / (ended - began) == pytest.approx(fig["steps_per_s"])
     # one worker, or a synchronous run's rows (every step reported by each worker): as before
     assert figures.asynchronous(step, worker) and not figures.asynchronous(step, np.full(len(step), "worker:0"))
+    # a recorded run resumed from a checkpoint holds the steps past it twice: still asynchronous
+    assert figures.asynchronous(np.r_[step, step[-5:]], np.r_[worker, worker[:5]])
     sync_step, sync_time, sync_step_time = rows()
     sync_workers = np.tile(["worker:0", "worker:1"], 100)
     assert not figures.asynchronous(sync_step, sync_workers)

@@ -259,3 +259,30 @@ def test_a_resumed_run_gives_its_newest_attempt_s_figures_live_and_from_its_file
     assert both.step.min() == 1 and both.step.max() == 120 and loaded.job.first_step == resumed.job.first_step == 61
     mixed = figures.history_figures(both, 64)["steps_per_s"]  # the pause between them counted
     assert mixed < 0.8 * fig["steps_per_s"], (mixed, fig["steps_per_s"])
+
+
+def test_the_panel_counts_an_ended_parameter_server_runs_steps_as_its_figures_do(tmp_path):
+    """The panel and ``%wb runs`` read an ended run's steps/s from its metrics files: for an
+    asynchronous run by the share of each call inside the stretch, as the dashboard, the
+    CLI and ``wb.compare`` do (figures.py), not its calls counted whole (x1.43 here)."""
+    import sys
+
+    import pandas as pd
+    import pytest
+
+    from workbench.common import figures
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from checks import recorded_run
+    from test_figures import async_calls, async_rows
+
+    step, time, step_time, worker = async_rows(async_calls())
+    rows = [{"step": int(s), "worker": str(w), "loss": 1.0, "step_time": float(st), "time": float(t)}
+            for s, t, st, w in zip(step, time, step_time, worker)]
+    recorded_run(tmp_path, rows, {"final_step": int(step.max()), "finished": float(time.max()) + 0.1},
+                 strategy="parameter_server", workers=3, ps=1, steps=int(step.max()))
+    frame = pd.DataFrame(rows)
+    fig = figures.history_figures(frame, 64)["steps_per_s"]
+    whole = figures.run_figures(step, time, step_time, 64)["steps_per_s"]
+    assert whole > 1.3 * fig
+    assert store.Records(tmp_path).runs()[0]["steps_per_s"] == pytest.approx(fig, rel=1e-9)

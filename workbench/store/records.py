@@ -36,6 +36,7 @@ class _Tail:
         self.offset = 0
         self.steps = {}  # worker -> (step, time) of its last row
         self.ends = {}  # step -> its end (the latest time a row of it was written): figures.py
+        self.rows = {}  # step -> (worker, step time) of its latest row: an asynchronous run's count
         self.last = deque(maxlen=figures.LAST_STEPS)  # (worker, step, loss) of its newest rows: the final loss
         self.losses = Sparkline()
 
@@ -48,6 +49,7 @@ class _Tail:
             self.steps[worker] = (step, t)
             if t > self.ends.get(step, -1.0):
                 self.ends[step] = t
+                self.rows[step] = (worker, row.get("step_time") or 0.0)
             if row.get("loss") is not None:
                 self.losses.add(step, row["loss"])
                 self.last.append((worker, step, row["loss"]))
@@ -180,6 +182,13 @@ class Records:
         times = np.fromiter(ends.values(), float, len(ends))
         keep = times >= newest - figures.RECENT_S if live else figures.steady(times)
         value = figures.steps_per_s(steps[keep], times[keep])
+        if not live and np.isfinite(value):  # an asynchronous run's steps: the shares of their calls inside
+            rows = {step: row for t in tails for step, row in t.rows.items() if step in ends}
+            workers = [rows[step][0] for step in ends]
+            if figures.asynchronous(steps, workers, distinct=len(steps)):
+                _, began, _, ended = figures.stretch(steps[keep], times[keep])
+                spans = np.fromiter((rows[step][1] for step in ends), float, len(ends))
+                value = figures.counted(times, spans, workers, began, ended) / (ended - began)
         rate = None if np.isnan(value) else value
         self._rates[key] = (read, rate)
         return rate
