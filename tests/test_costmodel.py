@@ -122,3 +122,18 @@ def test_workers_sharing_cores_compute_longer_and_the_model_says_so():
     assert "its 4 workers share 2 cores: compute x2.00 of one alone" in p["why"]
     single = cm.predict(cm.Scenario("single", 1, MB, 0.002, {"worker:0": "local"}, input=0.001, other=0.003))
     assert single["steps_per_s"] == pytest.approx(1 / 0.006) and single["bottleneck"] == "overhead"
+
+
+def test_a_parameter_server_runs_compute_is_its_measured_compute_without_its_pulls():
+    """The anatomy times a PS worker's pulls inside its compute; ``run.explain()`` takes
+    them out with ``without_pulls``: the compute at which the model counts what was
+    measured, pulls slowed by the links that compute loads. Round trips, unloaded and
+    link-bound alike (a base of compute 0 once took 63 ms out where the pull took 32)."""
+    B = 20e6 / 8 * 0.95
+    for n, compute in ((1, 0.1), (2, 0.1), (3, 0.1), (3, 0.005)):
+        hosts = {"chief:0": "h0", "ps:0": "p0", **{f"worker:{i}": f"w{i}" for i in range(n)}}
+        s = cm.Scenario("parameter_server", n, 150e3, compute, hosts,
+                        {h: cm.Link(B, 5e-4, 20_000_000) for h in set(hosts.values())}, ps=1, input=0.002)
+        measured = cm.predict(s)["compute_time"]
+        assert measured > compute and cm.without_pulls(s, measured) == pytest.approx(compute, rel=1e-6), (n, compute)
+    assert cm.without_pulls(s, 0.001) == 0.0  # less than the pull alone: no compute left

@@ -21,6 +21,7 @@ from __future__ import annotations
 import html
 import math
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from workbench.common import costmodel, figures, strategies, validate
@@ -166,22 +167,20 @@ def scenario(run: Any) -> costmodel.Scenario:
     links = {h: link_of(r) for h, r in rates.items()} if rates else {}
     if not links:  # one machine: every task on it, talking over its loopback
         hosts = dict.fromkeys(hosts, "local")
-    compute = parts["compute"]
-    base = costmodel.Scenario(job.strategy, job.workers, model_bytes, 0.0, hosts, links, ps=job.ps,
-                              ps_shares=_ps_shares(placement), tensors=tensors, loopback=LOOPBACK)
-    if spec.has_ps:  # the anatomy counts a worker's pulls of the variables in its compute
-        compute = max(0.0, compute - costmodel.predict(base)["compute_time"])
     # the pauses between calls (checkpoints, evaluations, the chief's dispatch) count in a
     # run's steps/s but in no step's time: measured, as the rest outside communication
     per_worker = job.workers if spec.has_ps else 1
     rate = figures.history_figures(run.history, job.global_batch_size)["steps_per_s"]
     pauses = max(0.0, (per_worker / rate - parts["step_time"]) / per_worker) if rate == rate and rate > 0 else 0.0
-    return costmodel.Scenario(
-        strategy=job.strategy, workers=job.workers, model_bytes=model_bytes, compute=compute, hosts=hosts,
+    s = costmodel.Scenario(
+        strategy=job.strategy, workers=job.workers, model_bytes=model_bytes, compute=parts["compute"], hosts=hosts,
         links=links, ps=job.ps, ps_shares=_ps_shares(placement), tensors=tensors,
         bits=BITS.get(getattr(job, "compression", None), 32), global_batch_size=job.global_batch_size,
         input=parts["input"], other=parts["other"] + parts["waiting"], pauses=pauses, cores=os.cpu_count(),
         compute_workers=job.workers, average_every=getattr(job, "average_every", 1) or 1, loopback=LOOPBACK)
+    if spec.has_ps:  # the anatomy counts a worker's pulls of the variables in its compute
+        s = replace(s, compute=costmodel.without_pulls(s, parts["compute"]))
+    return s
 
 
 def explain(run: Any) -> Explanation:
