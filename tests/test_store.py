@@ -127,26 +127,31 @@ def test_a_run_directory_names_its_files_and_carries_a_stop_request(tmp_path):
 
 
 def test_a_stacks_request_made_while_another_is_answered_is_kept_and_a_garbled_one_is_cleared(tmp_path):
-    """The panel's Stacks button asks through the run directory; the watcher answers. A
-    second request written while the first one's stacks are read must survive the first
-    answer (its requester would otherwise wait out its timeout), and a request file that
-    holds no id is answered and removed, not re-read on every poll of the watcher."""
+    """The panel's Stacks button asks through the run directory; the watcher claims the
+    request (its file moved aside in one step) and answers it. A second request written
+    while the first one's stacks are read must survive (its requester would otherwise wait
+    out its timeout); a requester that gives up withdraws only its own request; a request
+    file that holds no id is removed unanswered, not re-read on every poll."""
     rd = store.Home(tmp_path).run("20260101-000000-abc123")
     rd.path.mkdir(parents=True)
-    assert rd.stacks_requested() is None
+    assert rd.stacks_requested() is None and rd.claim_stacks() is None
     first = rd.request_stacks()
-    assert rd.stacks_requested() == first
+    assert rd.stacks_requested() == first and rd.claim_stacks() == first
     second = store.RunDir(str(rd.path)).request_stacks()  # another panel, while the stacks are read
     assert second != first
     rd.answer_stacks(first, [{"task": "worker:0"}])
     assert rd.stacks_answer(first)["tasks"] == [{"task": "worker:0"}] and rd.stacks_answer(second) is None
     assert rd.stacks_requested() == second  # kept: the next poll answers it
+    rd.withdraw_stacks(first)  # the first requester's timeout: not the second's request
+    assert rd.claim_stacks() == second
     rd.answer_stacks(second, [])
     assert rd.stacks_answer(second)["tasks"] == [] and rd.stacks_requested() is None
+    third = rd.request_stacks()
+    rd.withdraw_stacks(third)
+    assert rd.stacks_requested() is None
     rd.stacks_request_file.write_text("{not json")
-    assert rd.stacks_requested() == ""
-    rd.answer_stacks("", [])
-    assert not rd.stacks_request_file.exists()
+    assert rd.claim_stacks() is None and not rd.stacks_request_file.exists()
+    assert not list(rd.path.glob("STACKS*"))  # no claimed file left behind
 
 
 def test_checkpoint_step_metrics_tail_and_truncation(tmp_path):

@@ -94,7 +94,7 @@ class StacksHandler(_Base):
         deadline = loop.time() + wait
         while (answer := run_dir.stacks_answer(request)) is None:
             if loop.time() > deadline:
-                run_dir.stacks_request_file.unlink(missing_ok=True)  # not answered later, to no one
+                run_dir.withdraw_stacks(request)  # not answered later, to no one
                 raise web.HTTPError(504, f"no kernel answered for run {run_id} within {wait:g} s: its stacks "
                                          "are read by the kernel that watches it (the one that started it, or one "
                                          "that attached to its cluster)")

@@ -218,19 +218,37 @@ class RunDir:
         return request
 
     def stacks_requested(self) -> str | None:
-        """The id of a request for stacks not answered yet, or None. A request file that
-        holds no id (not written by ``request_stacks``: its writes are atomic) is answered
-        as request "" and so removed, not re-read on every poll."""
+        """The id of a request for stacks not taken yet, or None ("" for a request file that
+        holds no id: not written by ``request_stacks``, whose writes are atomic)."""
         if not self.stacks_request_file.exists():  # a stat per watcher poll: the usual case
             return None
         request = files.read_json(self.stacks_request_file)
         return str(request.get("id") or "") if isinstance(request, dict) else ""
 
+    def claim_stacks(self) -> str | None:
+        """The watcher takes the request for stacks, if any: its file is moved aside in one
+        step, so that a request written meanwhile stays for the next poll, then read and
+        removed. None when there is none, or when it holds no id (removed unanswered)."""
+        if not self.stacks_request_file.exists():  # a stat per watcher poll: the usual case
+            return None
+        claimed = self.stacks_request_file.with_name(f"{self.stacks_request_file.name}.{os.getpid()}.claimed")
+        try:
+            os.replace(self.stacks_request_file, claimed)
+        except FileNotFoundError:  # withdrawn by its requester meanwhile
+            return None
+        request = files.read_json(claimed)
+        claimed.unlink(missing_ok=True)
+        request = request.get("id") if isinstance(request, dict) else None
+        return str(request) if request else None
+
     def answer_stacks(self, request: str, tasks: list[dict]) -> None:
-        """The watcher's answer: ``tasks``, one dict per task (``common.hangs.TaskStacks.record``)."""
+        """The watcher's answer to a claimed request: ``tasks``, one dict per task
+        (``common.hangs.TaskStacks.record``)."""
         files.write_json(self.stacks_json, {"id": request, "time": time.time(), "tasks": tasks})
-        # a newer request may have replaced this one while its stacks were read: it stays, and
-        # the next poll answers it
+
+    def withdraw_stacks(self, request: str) -> None:
+        """A requester that stops waiting removes its request, if it is still the one there
+        (another requester's newer one stays)."""
         if self.stacks_requested() == request:
             self.stacks_request_file.unlink(missing_ok=True)
 

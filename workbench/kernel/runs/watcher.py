@@ -174,7 +174,7 @@ class Watcher:
                     run.log.merge(self._tail())
                 if self.mirror is not None and self.mirror.stop_to_forward():
                     self.request_stop()  # asked by the STOP file, which those hosts do not see
-                request = run_dir.stacks_requested()
+                request = run_dir.claim_stacks()
                 if request is not None:  # the Workbench panel's Stacks button
                     run_dir.answer_stacks(request, [s.record() for s in self.engines.read_stacks().values()])
                 step, now = run.step, time.monotonic()
