@@ -7,7 +7,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -124,13 +123,13 @@ def test_the_saved_walkthroughs_print_plain_numbers():
     assert not seen, seen
 
 
-def test_each_walkthrough_says_how_long_it_ran_and_whether_it_needs_root_as_its_saved_cells_say():
+def test_each_walkthrough_says_how_long_it_ran_and_whether_it_needs_root_as_its_saved_cells_say(monkeypatch):
     """Issue 39: each notebook says at its top how long it runs here and whether it needs
     root. The number is its saved execution's own (first cell to last reply, from the
     cells' metadata), written by tools/make_notebooks.py, and notebooks/README.md agrees."""
     import nbformat
 
-    sys.path.insert(0, str(ROOT / "tools"))
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
     import make_notebooks as mk
 
     readme = (ROOT / "notebooks" / "README.md").read_text()
@@ -141,4 +140,4 @@ def test_each_walkthrough_says_how_long_it_ran_and_whether_it_needs_root_as_its_
         needs_root = any("wb.testbed(" in c.source for c in nb.cells if c.cell_type == "code")
         assert (name in mk.ROOT_NEEDED) == needs_root, name
         row = next(line for line in readme.splitlines() if line.startswith(f"| [`{name}`]"))
-        assert row.endswith(f"| {mk.run_time(nb):.0f} s{' (root)' if needs_root else ''} |"), row
+        assert row.endswith(f"| {mk.readme_time(name, mk.run_time(nb))} |"), row

@@ -5,6 +5,7 @@ Cells whose outputs vary between executions (PIDs, ports, timings) carry the
 ``nbval-ignore-output`` tag; every other output is compared by nbval in the suite.
 """
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -60,18 +61,35 @@ def stamp_line(name, seconds):
             f"a GPU (a loaded machine takes longer); it {root}.")
 
 
+def readme_time(name, seconds):
+    """The notebooks' README's run-time column for ``name``."""
+    return f"{seconds:.0f} s" + (" (root)" if name in ROOT_NEEDED else "")
+
+
 def stamp(name):
     """Write under the notebook's title how long its saved execution took and whether it
-    needs root: the number read from the saved cells' own execution times."""
+    needs root, the number read from the saved cells' own execution times, and the same
+    in notebooks/README.md's row for it."""
+    import re
+
     path = ROOT / "notebooks" / f"{name}.ipynb"
     nb = nbformat.read(path, as_version=4)
+    seconds = run_time(nb)
+    if math.isnan(seconds):
+        raise SystemExit(f"{path} holds no execution times: execute it first (python tools/make_notebooks.py {name})")
     title = nb.cells[0]  # "# The title", a blank line, the text
     lines = title.source.split("\n")
-    if len(lines) > 2 and lines[2].startswith(STAMP):  # stamped before: that line and its blank one go
-        del lines[2:4]
-    lines[1:1] = ["", stamp_line(name, run_time(nb))]
+    if lines[2:3] and lines[2].startswith(STAMP):  # stamped before: that line and the blank one before it go
+        del lines[1:3]
+    lines[1:1] = ["", stamp_line(name, seconds)]
     title.source = "\n".join(lines)
     nbformat.write(nb, path)
+    readme = ROOT / "notebooks" / "README.md"
+    row = re.compile(rf"^(\| \[`{re.escape(name)}`\].*\| )[^|]+( \|)$", re.M)
+    text, found = row.subn(lambda m: m.group(1) + readme_time(name, seconds) + m.group(2), readme.read_text())
+    if not found:
+        raise SystemExit(f"notebooks/README.md has no row for {name}: add one to its table")
+    readme.write_text(text)
 
 
 def build(name):
