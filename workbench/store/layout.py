@@ -226,9 +226,9 @@ class RunDir:
         return str(request.get("id") or "") if isinstance(request, dict) else ""
 
     def claim_stacks(self) -> str | None:
-        """The watcher takes the request for stacks, if any: its file is moved aside in one
-        step, so that a request written meanwhile stays for the next poll, then read and
-        removed. None when there is none, or when it holds no id (removed unanswered)."""
+        """The watcher takes the request for stacks, if any: its file moved aside in one step
+        (a request written meanwhile stays for the next poll), read and removed. None when
+        there is none or it holds no id."""
         if not self.stacks_request_file.exists():  # a stat per watcher poll: the usual case
             return None
         claimed = self.stacks_request_file.with_name(f"{self.stacks_request_file.name}.{os.getpid()}.claimed")
@@ -242,8 +242,7 @@ class RunDir:
         return str(request) if request else None
 
     def answer_stacks(self, request: str, tasks: list[dict]) -> None:
-        """The watcher's answer to a claimed request: ``tasks``, one dict per task
-        (``common.hangs.TaskStacks.record``)."""
+        """The answer to a claimed request: a dict per task (``hangs.TaskStacks.record``)."""
         files.write_json(self.stacks_json, {"id": request, "time": time.time(), "tasks": tasks})
 
     def withdraw_stacks(self, request: str) -> None:
