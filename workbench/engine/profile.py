@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 from workbench.store import RunDir
@@ -164,18 +165,22 @@ class Profiling:
 # run no ipyparallel task while the run trains, so the kernel starts and stops a trace in
 # each of their processes directly (``kernel/profiling.py``).
 
-def start_trace(logdir: str) -> None:
-    """Start TF's profiler in this engine's process (its server's threads included)."""
+def start_trace(logdir: str) -> float:
+    """Start TF's profiler in this engine's process (its server's threads included); the
+    time (this host's clock) from which it traces."""
     import tensorflow as tf
 
     os.makedirs(logdir, exist_ok=True)
     tf.profiler.experimental.start(logdir)
+    return time.time()
 
 
 def stop_trace(logdir: str) -> dict[str, Any]:
     """Stop the profiler started by ``start_trace``; the trace's seconds in each category
-    (in total: the kernel divides by the steps this task ran meanwhile) and its ops."""
+    (in total: the kernel divides by the steps this task ran meanwhile), its ops, and the
+    time (this host's clock) up to which it traced, ``until``."""
     import tensorflow as tf
 
+    until = time.time()
     tf.profiler.experimental.stop()
-    return summarize(logdir, 1)
+    return {**summarize(logdir, 1), "until": until}

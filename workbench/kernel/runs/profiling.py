@@ -25,8 +25,11 @@ _POLL = 0.05
 def servers(run: Any, rid: int, steps: int, timeout: float) -> Any:
     """Trace ``steps`` steps of a live parameter-server run on its worker and PS engines;
     one row per task (see ``Run.profile``). A worker's ``steps`` are the steps it ran while
-    traced (its rows in ``run.history`` between the step the trace started at and the one
-    it stopped at, as the chief numbered them); a PS task's are the run's steps meanwhile."""
+    traced: its rows in ``run.history`` whose call ended (on its own clock) between the
+    times its trace started and stopped; a PS task's are every worker's rows in its own
+    trace's span. Not the step numbers the kernel saw meanwhile: they lag the steps run,
+    and a loaded machine's stops came seconds after them (a worker's op kernels then
+    read 1.0-1.4 of its timed step, for 0.25 unloaded)."""
     import pandas as pd
 
     tasks = sorted((t for t in run.tasks if t.role in ("worker", "ps")), key=lambda t: t.name)
@@ -54,17 +57,32 @@ def servers(run: Any, rid: int, steps: int, timeout: float) -> Any:
             raise run.failure
         raise RunTimeout(f"profile(): the run went {last - first + 1} of {steps} steps before "
                            f"{'it ended' if run.done else f'{timeout} s'} (from step {first})")
-    h = run.history
-    window = h[(h.step >= first) & (h.step <= last)]
+    workers = [t.name for t in tasks if t.role == "worker"]
+    h = _rows_until(run, workers, max(s["until"] for s in totals.values()), timeout)
     rows = []
     for t in tasks:
-        ran = int((window.worker == t.name).sum()) if t.role == "worker" else last - first + 1
-        per = max(ran, 1)
         s = totals[t.name]
-        rows.append(dict(task=t.name, first=first, last=last, steps=ran, input=s["input"] / per,
+        span = h[h.time.between(replies[t.name], s["until"])]
+        ran = span[span.worker == t.name] if t.role == "worker" else span
+        per = max(len(ran), 1)
+        rows.append(dict(task=t.name, first=int(ran.step.min()) if len(ran) else first,
+                         last=int(ran.step.max()) if len(ran) else last, steps=len(ran), input=s["input"] / per,
                          compute=s["compute"] / per, communication=s["communication"] / per, ops=s["ops"],
                          logdir=dirs[t.name]))
     return pd.DataFrame(rows)
+
+
+def _rows_until(run: Any, workers: list, until: float, timeout: float) -> Any:
+    """``run.history`` once it holds every worker's calls that ended by ``until``: a row of
+    each at or past it (a worker's calls are collected in order), the run's end, or
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        h = run.history
+        latest = h.groupby("worker").time.max()
+        if run.done or time.monotonic() > deadline or all(latest.get(w, 0.0) >= until for w in workers):
+            return h
+        time.sleep(0.2)  # a history is a DataFrame built anew
 
 
 def _on_all(client: Any, fn: Any, tasks: list, dirs: dict) -> tuple[dict, Exception | None]:
