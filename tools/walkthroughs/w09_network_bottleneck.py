@@ -134,7 +134,9 @@ if bed is not None:
           f"(measured {slow['bus_over_link']:.2f})")
     print(f"the counters agree: the link carried 0.6-1.0 of its rate: {0.6 <= slow['link_use'] <= 1.0} "
           f"(measured {slow['link_use']:.2f})")
-    print(f"at 1 Gbit, 10x the rate, steps/s grow at least 3x: {grow >= 3} (measured x{grow:.1f})")
+    print(f"at 1 Gbit, 10x the rate, steps/s grow, by less than 10x: {1.5 <= grow < 10} (measured x{grow:.1f})")
+    print(f"there the link is no longer the limit: it carried under 0.6 of its rate: {fast['link_use'] < 0.6} "
+          f"(measured {fast['link_use']:.2f})")
 """),
         md("""
 The run's dashboard draws each host with its link: the set rate, the share of it the run
@@ -160,7 +162,9 @@ figure here at or below the link rate:
   payload reaches ~0.955 of the set rate (`tests/test_links.py` checks >= 0.95).
 
 At 1 Gbit the 2 cores, which run both hosts' TensorFlow and the shaping, become the limit
-before the link does (`bench/network.py` reaches ~1 Gbit/s unshaped).
+before the link does (`bench/network.py` reaches ~1 Gbit/s unshaped): how much faster the
+run goes there depends on how much CPU the machine has free (beside a full test run it has
+read under x3), while the link stays well short of full.
 
 ## 32, 16 or 8 bits on a slow link
 
