@@ -47,6 +47,24 @@ def test_a_recorded_run_is_explained_from_its_files(runs, tmp_path):
     assert recorded.explain().table.predicted.tolist() == pytest.approx(run.explain().table.predicted.tolist())
 
 
+def test_a_resumed_run_is_explained_from_its_newest_attempt(cluster):
+    """A resumed run's figures count from its resume on (``job.first_step``), as its
+    dashboard's do: explain() of a run read from its files once timed both attempts, the
+    pause between them included."""
+    from workbench.common import figures
+    from workbench.kernel.runs.recorded import RecordedRun
+
+    first = cluster.train(wb.models.mlp((64, 32)), DIGITS, strategy="single", workers=1, steps=120,
+                          global_batch_size=64, checkpoint_every=60, dashboard=False).wait(timeout=300)
+    resumed = cluster.resume(first.id, steps=240).wait(timeout=300)
+    run = RecordedRun(resumed.run_dir)  # read from its files: both attempts' rows
+    assert run.job.first_step == 121 and run.history.step.min() == 1
+    measured = run.explain().table.set_index("figure").loc["steps/s", "measured"]
+    newest = figures.history_figures(run.history, 64, 121)["steps_per_s"]
+    whole = figures.history_figures(run.history, 64)["steps_per_s"]
+    assert measured == pytest.approx(newest) and measured != pytest.approx(whole, rel=1e-3), (measured, newest, whole)
+
+
 def test_a_parameter_server_run_counts_its_pulls_in_compute_and_a_ps_load(runs):
     t = runs["ps"].explain().table.set_index("figure")
     assert t.loc["compute per step (ms)", "source"] == "model: pulls of the variables"

@@ -170,7 +170,7 @@ def scenario(run: Any) -> costmodel.Scenario:
     # the pauses between calls (checkpoints, evaluations, the chief's dispatch) count in a
     # run's steps/s but in no step's time: measured, as the rest outside communication
     per_worker = job.workers if spec.has_ps else 1
-    rate = figures.history_figures(run.history, job.global_batch_size)["steps_per_s"]
+    rate = figures.history_figures(run.history, job.global_batch_size, job.first_step)["steps_per_s"]
     pauses = max(0.0, (per_worker / rate - parts["step_time"]) / per_worker) if rate == rate and rate > 0 else 0.0
     s = costmodel.Scenario(
         strategy=job.strategy, workers=job.workers, model_bytes=model_bytes, compute=parts["compute"], hosts=hosts,
@@ -189,7 +189,7 @@ def explain(run: Any) -> Explanation:
     p = costmodel.predict(s)
     parts = _parts(run)
     h = run.history
-    measured_rate = figures.history_figures(h, run.job.global_batch_size)["steps_per_s"]
+    measured_rate = figures.history_figures(h, run.job.global_batch_size, run.job.first_step)["steps_per_s"]
     rows = [("steps/s", p["steps_per_s"], measured_rate, "model"),
             ("step time per worker (ms)", p["step_time"] * 1e3, parts["step_time"] * 1e3, "model"),
             ("compute per step (ms)", p["compute_time"] * 1e3, parts["compute"] * 1e3,
