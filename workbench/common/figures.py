@@ -127,18 +127,27 @@ def steps_per_s(steps: "np.typing.ArrayLike", ends: "np.typing.ArrayLike") -> fl
     return float(last - first) / (ended - began)
 
 
-def asynchronous(steps: "np.typing.ArrayLike", workers: "np.typing.ArrayLike | None",
-                 distinct: int | None = None) -> bool:
-    """Are these rows an asynchronous run's: several workers, nearly every step reported by
-    one of them (a synchronous run's steps by each of its workers; a recorded asynchronous
-    run that was resumed repeats the few steps past its checkpoint)? ``distinct``: how many
-    distinct steps the rows hold, when known (``step_ends``)."""
+def asynchronous(workers: "np.typing.ArrayLike | None", distinct: int) -> bool:
+    """Are these rows (each one's ``workers``) an asynchronous run's: several workers, nearly
+    every step reported by one of them (a synchronous run's steps by each of its workers; a
+    recorded asynchronous run that was resumed repeats the few steps past its checkpoint)?
+    ``distinct``: how many distinct steps the rows hold (``step_ends``)."""
     if workers is None or not len(workers):
         return False
     codes = _codes(workers)
-    if distinct is None:
-        distinct = len(step_ends(steps, np.zeros(len(codes)))[0])
     return bool(codes.min() != codes.max()) and distinct > 0.75 * len(codes)
+
+
+def asynchronous_count(kept: np.ndarray, kept_ends: np.ndarray, times: "np.typing.ArrayLike",
+                       step_times: "np.typing.ArrayLike", workers: "np.typing.ArrayLike | None",
+                       distinct: int) -> tuple[float, float, float] | None:
+    """For an asynchronous run's rows (``asynchronous``): (the steps ``counted`` inside the
+    stretch of the steps it times, ``kept`` with their ``kept_ends``, its start, its end);
+    None for any other run's, whose steps count as ``stretch`` says."""
+    if not asynchronous(workers, distinct):
+        return None
+    _, began, _, ended = stretch(kept, kept_ends)
+    return counted(times, step_times, workers, began, ended), began, ended
 
 
 def _codes(labels: "np.typing.ArrayLike") -> np.ndarray:
@@ -232,9 +241,9 @@ def run_figures(steps: "np.typing.ArrayLike", times: "np.typing.ArrayLike", step
         return {"steps_per_s": nan, "examples_per_s": nan, "step_time": nan, "wall_time": nan, "final_loss": loss}
     keep = steady(ends)
     rate = steps_per_s(s[keep], ends[keep])
-    if np.isfinite(rate) and asynchronous(steps, workers, distinct=len(s)):
-        _, began, _, ended = stretch(s[keep], ends[keep])
-        rate = counted(times, step_times, workers, began, ended) / (ended - began)
+    count = asynchronous_count(s[keep], ends[keep], times, step_times, workers, len(s)) if np.isfinite(rate) else None
+    if count is not None:
+        rate = count[0] / (count[2] - count[1])
     inside = np.isin(steps, s[keep])
     return {"steps_per_s": rate, "examples_per_s": examples_per_s(rate, global_batch_size),
             "step_time": step_time(step_times[inside]), "wall_time": float(ends.max() - ends.min()),
@@ -277,8 +286,10 @@ def steady_stretch(history: "object", first_step: int = 1) -> tuple[float, float
     first, began, last, ended = stretch(s[keep], ends[keep])
     workers = _codes(h["worker"].values) if "worker" in h else None
     step_times = h["step_time"].values if "step_time" in h else None
-    if step_times is not None and asynchronous(h["step"].values, workers, distinct=len(s)):
-        first = last - counted(h["time"].values, step_times, workers, began, ended)
+    count = None if step_times is None else asynchronous_count(s[keep], ends[keep], h["time"].values, step_times,
+                                                                 workers, len(s))
+    if count is not None:
+        first = last - count[0]
     return first, began, last, ended
 
 

@@ -185,10 +185,10 @@ class Records:
         if not live and np.isfinite(value):  # an asynchronous run's steps: the shares of their calls inside
             rows = {step: row for t in tails for step, row in t.rows.items() if step in ends}
             workers = [rows[step][0] for step in ends]
-            if figures.asynchronous(steps, workers, distinct=len(steps)):
-                _, began, _, ended = figures.stretch(steps[keep], times[keep])
-                spans = np.fromiter((rows[step][1] for step in ends), float, len(ends))
-                value = figures.counted(times, spans, workers, began, ended) / (ended - began)
+            spans = np.fromiter((rows[step][1] for step in ends), float, len(ends))
+            count = figures.asynchronous_count(steps[keep], times[keep], times, spans, workers, len(steps))
+            if count is not None:
+                value = count[0] / (count[2] - count[1])
         rate = None if np.isnan(value) else value
         self._rates[key] = (read, rate)
         return rate
