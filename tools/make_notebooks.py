@@ -41,7 +41,11 @@ def notebooks():
 
 
 STAMP = "*Run time here:"  # the line ``stamp`` writes under a notebook's title
-ROOT_NEEDED = {"08_scaling_out", "09_network_bottleneck"}  # their emulated hosts (wb.testbed) need root
+
+
+def needs_root(nb) -> bool:
+    """Does ``nb`` build emulated hosts (``wb.testbed``), which need root?"""
+    return any("wb.testbed(" in c.source for c in nb.cells if c.cell_type == "code")
 
 
 def run_time(nb) -> float:
@@ -54,16 +58,16 @@ def run_time(nb) -> float:
     return (max(ends) - min(starts)).total_seconds() if starts and ends else float("nan")
 
 
-def stamp_line(name, seconds):
+def stamp_line(seconds, root):
     root = ("needs root (its emulated hosts); without root those cells say so and are skipped"
-            if name in ROOT_NEEDED else "needs no root")
+            if root else "needs no root")
     return (f"{STAMP} {seconds:.0f} s* in the execution saved with it, on this project's 2-core machine without "
             f"a GPU (a loaded machine takes longer); it {root}.")
 
 
-def readme_time(name, seconds):
-    """The notebooks' README's run-time column for ``name``."""
-    return f"{seconds:.0f} s" + (" (root)" if name in ROOT_NEEDED else "")
+def readme_time(seconds, root):
+    """The notebooks' README's run-time column for a notebook (``root``: it needs root)."""
+    return f"{seconds:.0f} s" + (" (root)" if root else "")
 
 
 def stamp(name):
@@ -81,12 +85,12 @@ def stamp(name):
     lines = title.source.split("\n")
     if lines[2:3] and lines[2].startswith(STAMP):  # stamped before: that line and the blank one before it go
         del lines[1:3]
-    lines[1:1] = ["", stamp_line(name, seconds)]
+    lines[1:1] = ["", stamp_line(seconds, needs_root(nb))]
     title.source = "\n".join(lines)
     nbformat.write(nb, path)
     readme = ROOT / "notebooks" / "README.md"
     row = re.compile(rf"^(\| \[`{re.escape(name)}`\].*\| )[^|]+( \|)$", re.M)
-    text, found = row.subn(lambda m: m.group(1) + readme_time(name, seconds) + m.group(2), readme.read_text())
+    text, found = row.subn(lambda m: m.group(1) + readme_time(seconds, needs_root(nb)) + m.group(2), readme.read_text())
     if not found:
         raise SystemExit(f"notebooks/README.md has no row for {name}: add one to its table")
     readme.write_text(text)
