@@ -254,6 +254,8 @@ The table counts the two-worker run's steps by staleness:
         code("""
 print(f"one worker, every step fresh: {(one.history.staleness == 0).all()} "
       f"(largest staleness {one.history.staleness.max()} in {len(one.history)} steps)")
+"""),
+        code("""
 two.history.staleness.value_counts().sort_index().rename("steps").to_frame().T
 """, volatile=True),
         code("""
@@ -276,6 +278,8 @@ print(f"two workers, test accuracy >= 0.90: {accuracy >= 0.90} (measured {accura
 steps = two.history.step
 print(f"every one of the 900 steps done once: {sorted(steps) == list(range(1, 901))} "
       f"({len(steps)} reports of {steps.nunique()} steps, {steps.min()}-{steps.max()})")
+"""),
+        code("""
 print("steps per worker:", two.history.groupby("worker").size().to_dict())
 """, volatile=True),
         code("""

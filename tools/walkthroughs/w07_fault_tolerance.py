@@ -113,21 +113,21 @@ print(f"error names the lost task: {str(error).startswith('worker:1 (engine ')} 
 print(f"raised within 60 s: {seconds < 60} (measured {seconds:.1f} s)")
 events = sync.events
 saved = int(events[events.kind == "checkpoint"].step.max())
-print("last checkpoint:", saved)
+print(f"a checkpoint to continue from (a multiple of checkpoint_every=500): {saved >= 500 and saved % 500 == 0} "
+      f"(measured last checkpoint: step {saved})")
 """),
         code("""
 resumed = sync.resume().wait()
 h = resumed.history
 print("final step:", resumed.final_step)
-print("resumed from the checkpoint, every step once per worker:",
-      all(list(h[h.worker == w].step) == list(range(saved + 1, 2001)) for w in ("worker:0", "worker:1")),
-      f"({reported_per_worker(h)})")
+once = all(list(h[h.worker == w].step) == list(range(saved + 1, 2001)) for w in ("worker:0", "worker:1"))
+print(f"resumed from the checkpoint, every step once per worker: {once} (measured {reported_per_worker(h)})")
 accuracy = resumed.evaluation["test_accuracy"]
 print(f"test accuracy >= 0.90: {accuracy >= 0.90} (measured {accuracy:.3f})")
 """),
         md("""
-The steps between the checkpoint (step 500) and the failure were lost and redone: at most
-one `checkpoint_every` interval. Checkpoint more often to lose less, at the price of the
+The steps between the last checkpoint and the failure were lost and redone: at most one
+`checkpoint_every` interval (500 steps here). Checkpoint more often to lose less, at the price of the
 time each save takes.
 """),
         md("""
