@@ -23,14 +23,20 @@ def wait_for(condition, timeout, what, every=0.05):
 def stop_process_tree(proc, what, ask=signal.SIGTERM, timeout=60):
     """End ``proc`` (a Popen this test started) and wait until it and every process it had
     started are gone: ``ask`` first (it stops its own children); whatever of them is still
-    running ``timeout`` seconds later gets SIGKILL, each by its PID, and the test says so
-    (CI once saw ipcluster neither stop its 13 processes nor exit in 60 s after SIGINT).
-    Past 30 s more, an AssertionError naming ``what`` is left."""
-    import os
+    running ``timeout`` seconds later gets SIGKILL, each the process recorded before the
+    signal (``psutil`` tells a reused PID apart), and the test prints so (CI once saw
+    ipcluster neither stop its 13 processes nor exit in 60 s after SIGINT). Past 30 s
+    more, an AssertionError naming ``what`` is left."""
+    import psutil
 
-    from workbench.kernel.engines.processes import alive, family
+    from workbench.kernel.engines.processes import family
 
-    processes = family([proc.pid])
+    processes = []
+    for pid in family([proc.pid]):
+        try:
+            processes.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
     end = time.monotonic() + timeout
     proc.send_signal(ask)
     try:
@@ -38,20 +44,29 @@ def stop_process_tree(proc, what, ask=signal.SIGTERM, timeout=60):
     except subprocess.TimeoutExpired:
         pass
 
+    def running(p):
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
     def left():
-        return [p for p in processes if alive(p)]
+        return [p for p in processes if running(p)]
 
     while left() and time.monotonic() < end:
         time.sleep(0.05)
     if left():
-        print(f"{what}: {left()} still running {timeout} s after signal {ask!r}: SIGKILL")
-        for pid in left():
+        print(f"{what}: {[p.pid for p in left()]} still running {timeout} s after signal {ask!r}: SIGKILL")
+        for p in left():
             try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
+                p.kill()
+            except psutil.NoSuchProcess:
                 pass
-    proc.poll()  # reaped, if it was the one killed
-    wait_for(lambda: not left(), 30, lambda: f"{what} still running after SIGKILL: {left()}")
+        try:
+            proc.wait(30)  # reaped, if it was one of them
+        except subprocess.TimeoutExpired:
+            pass
+    wait_for(lambda: not left(), 30, lambda: f"{what} still running after SIGKILL: {[p.pid for p in left()]}")
 
 
 def relative_difference(a, b):

@@ -68,7 +68,7 @@ each host sent per step over the whole stretch, over the model's bytes.
         code("""
 import numpy as np
 
-from workbench.common.figures import BATCH_GAP, history_figures, steady_stretch, step_ends
+from workbench.common.figures import history_figures, steady_stretch, step_ends
 
 BIG = wb.models.mlp((2048, 256))
 
@@ -100,7 +100,8 @@ def per_call(run, hosts):
     the seconds from the previous call's end to its own.\"\"\"
     first, began, last, ended = steady_stretch(run.history)
     steps, ends = step_ends(run.history.step, run.history.time)
-    call = np.r_[np.diff(ends) > BATCH_GAP, True]  # a chunk's last step: its call's end
+    spe = run.job.steps_per_execution  # a call's last step (its rows are stamped one by one)
+    call = (steps % spe == 0) | (steps == steps.max())
     keep = call & (ends >= began) & (ends <= ended)
     steps, ends = steps[keep], ends[keep]
     seconds = np.diff(ends)
@@ -137,8 +138,8 @@ def show(name, r):
 
 
 if bed is not None:
-    # 60 steps each: 5 whole calls of 10 steps timed, so that one pause of the machine's other
-    # work (a full test run's other worker) does not decide the figure
+    # 60 steps each: 4 whole calls of 10 steps timed (21-60), whose median (per_call) one pause of
+    # the machine's other work (a full test run's other worker) does not decide
     ring = {rate: allreduce(rate, steps) for rate, steps in (("100mbit", 60), ("1gbit", 60))}
     for rate, r in ring.items():
         show(rate, {k: v for k, v in r.items() if k != "predicted"})
@@ -168,7 +169,9 @@ if bed is not None:
 """, volatile=True),
         md("""
 At 100 Mbit the link is the limit and the ring fills most of it. Two things keep every
-figure here at or below the link rate:
+float32 figure here at or below the link rate (`bus_over_link` counts the model's float32
+bytes: the 16- and 8-bit runs below send half and a quarter of them, so theirs may read
+above 1 while their `link_use` stays below):
 
 - **Whole chunks are counted.** Steps run 10 to a `tf.function` call and are reported at
   the call's end, microseconds apart. Counted from a step inside a chunk, a 24-step run
@@ -367,10 +370,10 @@ collects results in the order it scheduled them (at most 2 calls of 10 steps per
 in flight), so a slow worker's call holds back the fast one's next calls.
 
 Parameter-server runs are timed here from the end of their first step to their last. The
-chief numbers and timestamps steps as it collects results, in the order it scheduled the
-calls, so a call that finished early is collected late: a stretch that starts mid-run
-counts steps that ran before it (a 40-step run read 27 steps/s through a link that
-carries 15). The first step is a call of its own, collected before any other is
+chief numbers steps as it collects results, in the order it scheduled the calls (each
+row carries its call's end on its worker), so a call that finished early is collected
+late: a stretch that starts mid-run holds steps that ran before it (a 40-step run once
+read 27 steps/s through a link that carries 15). The first step is a call of its own, collected before any other is
 scheduled: every later step ran after it.
 
 **Staleness is measured, and it is small.** The `staleness` column counts the updates

@@ -202,7 +202,7 @@ def explain(run: Any) -> Explanation:
     if costmodel.ring(s.strategy) and s.workers > 1:
         sent = costmodel.message_bytes(s.model_bytes, s.bits, s.tensors)
         rows.append(("bytes handed to the all-reduce per step", sent, parts["bytes_per_step"], "model"))
-    steady = _steady(h)
+    steady = _steady(h, run.job.first_step)
     for host, b in p["bytes_per_step"].items():
         if host == "local":
             continue
@@ -228,11 +228,11 @@ def explain(run: Any) -> Explanation:
     return Explanation(table, sentence, p, f"run {run.id}: {s.strategy}, {s.workers} worker(s), {s.ps} PS")
 
 
-def _steady(h: pd.DataFrame) -> pd.DataFrame:
-    """The rows of the stretch the run's steps/s counts."""
+def _steady(h: pd.DataFrame, first_step: int = 1) -> pd.DataFrame:
+    """The rows of the stretch the run's steps/s counts (its attempt from ``first_step``)."""
     if not len(h):
         return h
-    first, _, last, _ = figures.steady_stretch(h)
+    first, _, last, _ = figures.steady_stretch(h, first_step)
     return h[(h.step > first) & (h.step <= last)]
 
 
