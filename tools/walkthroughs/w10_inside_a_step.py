@@ -64,17 +64,24 @@ ms = {k: 1e3 * (r.anatomy().compute * r.anatomy().step_time).mean() for k, r in 
 print(f"the wide model computes longer per step under MWMS: {ms[('MWMS', 'wide')] > ms[('MWMS', 'small')]} "
       f"(measured {ms[('MWMS', 'small')]:.2f} ms vs {ms[('MWMS', 'wide')]:.2f} ms)")
 """),
+        code("""
+# each share's range over the run's two workers, as the reading below quotes them
+for run_name, g in table.groupby(level="run"):
+    print(f"{run_name:11s}", "  ".join(f"{p} {g[p].min():.2f}-{g[p].max():.2f}"
+                                       for p in ("input", "compute", "communication", "waiting", "other")))
+""", volatile=True),
         md("""
-**Reading it** (the shares when this notebook was saved). On two shared cores the small
-model's MWMS step is half all-reduce (communication 0.49-0.51, waiting for the peer 0.10-0.14):
-its gradient is 26 kB, so the collective's fixed latency dominates, and compute is only
-0.08. The wide model hands the all-reduce 46 times the bytes and computes many times
-longer per step, so compute grows to 0.32-0.40 while communication stays near half (0.45). Under
-the parameter server, compute is the largest share (0.33-0.52: it includes the forward
-pass's reads of variables held by the PS task), the gradients' push 0.20-0.23, and each
-worker sat idle between its calls for 0.14-0.28 of its wall time, waiting for the single
-chief to schedule the next one (the coordinator is the bottleneck here, as `DESIGN.md`
-measured).
+**Reading it** (the ranges printed above, as this execution measured them). On two shared
+cores the small model's MWMS step is about half all-reduce (communication), with some waiting
+for the peer: its gradient is 26 kB, so the collective's fixed latency dominates, and
+compute is a small share. The wide model hands the all-reduce 46 times the bytes and
+computes many times longer per step, so its compute share grows several-fold. Under the
+parameter server, compute is the largest share or near it (it includes the forward pass's
+reads of variables held by the PS task), the gradients' push (communication) takes a
+fifth to a quarter, and each worker sat idle between its calls (waiting) for a good part
+of its wall time,
+waiting for the single chief to schedule the next one (the coordinator is the bottleneck
+here, as `DESIGN.md` measured).
 
 ## A profiler trace of a live run
 
