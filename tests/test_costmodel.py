@@ -137,3 +137,27 @@ def test_a_parameter_server_runs_compute_is_its_measured_compute_without_its_pul
         measured = cm.predict(s)["compute_time"]
         assert measured > compute and cm.without_pulls(s, measured) == pytest.approx(compute, rel=1e-6), (n, compute)
     assert cm.without_pulls(s, 0.001) == 0.0  # less than the pull alone: no compute left
+
+
+def test_a_split_models_step_is_its_compute_plus_each_cuts_activations_then_their_gradients():
+    """Two stages on two hosts, one 256-wide cut at batch 64: 65,536 bytes forward (plus the
+    256 bytes of labels, which leave with the batch and add no latency of their own) and as
+    many back, one after the other, each crossing one link each way."""
+    hosts = {"chief:0": "h0", "worker:0": "h1", "worker:1": "h2"}
+    act = cm.cut_bytes(64, 256) / 2
+    s = cm.Scenario("model_parallel", 2, 0.0, compute=0.002, hosts=hosts, links=links("h0", "h1", "h2"),
+                    cuts=(act,), label_bytes=256, cores=2, compute_workers=1)
+    p = cm.predict(s)
+    B = B100 * 0.95
+    assert act == 65_536
+    assert p["comm_time"] == pytest.approx(2 * (5e-4 + act / B) + 256 / B)
+    assert p["steps_per_s"] == pytest.approx(1 / (0.002 + p["comm_time"]))
+    assert p["bytes_per_step"] == {"h1": {"tx": act + 256, "rx": act}, "h2": {"tx": act, "rx": act + 256}}
+    # each link carries one way at a time: at most half of it is used, each way
+    assert p["link_util"]["h1"] == pytest.approx((act + 256) * p["steps_per_s"] / B) and p["link_util"]["h1"] < 0.5
+    assert p["cpu_wait"] == 0 and p["compute_time"] == 0.002  # the stages compute one after the other
+    assert p["bottleneck"] == "network: h1"
+    # both stages on one host (loopback taken as free): nothing crosses
+    same = cm.predict(cm.Scenario("model_parallel", 2, 0.0, 0.002, dict.fromkeys(hosts, "h1"), links("h1"),
+                                  cuts=(act,)))
+    assert same["comm_time"] == 0 and same["bytes_per_step"] == {}

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import workbench as wb
-from workbench.kernel.testbed import links
+from workbench.kernel.testbed import calibrate, links
 from workbench.kernel.testbed import teardown
 
 pytestmark = pytest.mark.hosts
@@ -62,8 +62,10 @@ def test_a_shaped_link_carries_its_rate_both_ways_and_no_more(bed):
     # 100 mbit: 2 s of traffic each way, counted by bytes, not by a clock
     out_of_h1 = stream(bed, "h1", "h2", 25_000_000)
     into_h1 = stream(bed, "h2", "h1", 25_000_000)
+    # payload: at most 1448 of each 1,514-byte frame (0.956); tbf's timer, late on 2 loaded
+    # cores, costs a little more (links.shape: 0.93-0.957 measured)
     for measured in (out_of_h1, into_h1):
-        assert 0.95 <= measured / 100e6 <= 1.03, (out_of_h1, into_h1)
+        assert 0.85 <= measured / 100e6 <= 0.97, (out_of_h1, into_h1)
     # the unshaped pair is far faster (CPU-bound, ~10 Gbit/s here)
     assert stream(bed, "h2", "h3", 100_000_000) > 10 * 100e6
 
@@ -71,7 +73,7 @@ def test_a_shaped_link_carries_its_rate_both_ways_and_no_more(bed):
 def test_set_link_changes_the_rate_at_once_and_none_unshapes(bed):
     try:
         bed.set_link("h2", "200mbit")
-        assert 0.95 <= stream(bed, "h3", "h2", 50_000_000) / 200e6 <= 1.03
+        assert 0.85 <= stream(bed, "h3", "h2", 50_000_000) / 200e6 <= 0.97  # as above
         bed.set_link("h2", None)
         assert stream(bed, "h3", "h2", 100_000_000) > 10 * 200e6
         assert bed.links["h2"] is None
@@ -115,6 +117,40 @@ def test_a_rate_lowered_under_full_traffic_keeps_the_link_moving(bed):
                 p.kill()
                 p.wait()
         bed.set_link("h3", None)
+
+
+def test_a_small_message_crosses_a_slow_link_at_its_rate_not_at_line_speed(bed):
+    """One 100 KB message over an open connection, after an idle link, takes about S/rate
+    (40 ms at 20 Mbit). The old bucket (128 KiB) let it through at line speed in ~0.5 ms."""
+    try:
+        bed.set_link("h3", "20mbit")
+        seconds = calibrate.measure(bed, "h3", "h2", sizes=[100_000], repeats=3)[100_000]
+        print(f"100 KB over 20 Mbit: {seconds * 1e3:.1f} ms (S/rate: 40 ms)")
+        assert 0.8 * 100_000 * 8 / 20e6 <= seconds <= 2 * 100_000 * 8 / 20e6
+    finally:
+        bed.set_link("h3", None)
+
+
+def test_link_parameters_of_a_shaped_link_an_unshaped_one_and_loopback(bed):
+    """alpha and beta the cost model reads: a shaped link's payload rate is its set rate
+    less the headers; an unshaped veth and loopback are far faster, and alpha is small."""
+    shaped = calibrate.link_parameters(bed, "h1", repeats=3)  # 100 mbit, to an unshaped host
+    assert shaped["rate_bits"] == 100_000_000 and shaped["path"] == ("h1", "h2")
+    assert 0.8 <= shaped["efficiency"] <= 1.0, shaped
+    veth = calibrate.link_parameters(bed, "h2", "h3", repeats=3)
+    loopback = calibrate.link_parameters(bed, "h2", "h2", repeats=3)
+    for unshaped in (veth, loopback):
+        assert unshaped["rate_bits"] is None and unshaped["efficiency"] is None
+        assert unshaped["bytes_per_s"] > 10 * shaped["bytes_per_s"], (unshaped, shaped)
+    for p in (shaped, veth, loopback):
+        assert 0 < p["alpha_s"] < 0.05, p
+
+
+def test_calibrate_checks_its_arguments(bed):
+    with pytest.raises(wb.ConfigError, match=r"argument 'b'. Received: b='h9'"):
+        calibrate.measure(bed, "h1", "h9")
+    with pytest.raises(wb.ConfigError, match=r"argument 'sizes'"):
+        calibrate.measure(bed, "h1", "h2", sizes=[0])
 
 
 def test_counters_see_what_a_host_sent_and_received(bed):

@@ -56,6 +56,7 @@ def test_what_each_strategy_is():
         "multi_worker_mirrored": (True, True, False, False, False, False, ("workers",), None),
         "parameter_server": (True, False, True, True, False, False, ("workers", "ps"), "chief"),
         "parameter_averaging": (True, True, False, False, True, False, (), None),
+        "model_parallel": (True, False, True, False, False, False, (), "chief"),
         "mirrored": (False, False, False, False, False, True, (), None),
         "single": (False, False, False, False, False, True, (), None),
     }

@@ -59,10 +59,11 @@ def run_time(nb) -> float:
 
 
 def stamp_line(seconds, root):
-    root = ("needs root (its emulated hosts); without root those cells say so and are skipped"
-            if root else "needs no root")
+    """The line under a notebook's title: its run time and whether it needs root (``root``)."""
+    needs = ("needs root (its emulated hosts); without root those cells say so and are skipped"
+             if root else "needs no root")
     return (f"{STAMP} {seconds:.0f} s* in the execution saved with it, on this project's 2-core machine without "
-            f"a GPU (a loaded machine takes longer); it {root}.")
+            f"a GPU (a loaded machine takes longer); it {needs}.")
 
 
 def readme_time(seconds, root):
@@ -78,19 +79,19 @@ def stamp(name):
 
     path = ROOT / "notebooks" / f"{name}.ipynb"
     nb = nbformat.read(path, as_version=4)
-    seconds = run_time(nb)
+    seconds, root = run_time(nb), needs_root(nb)
     if math.isnan(seconds):
         raise SystemExit(f"{path} holds no execution times: execute it first (python tools/make_notebooks.py {name})")
     title = nb.cells[0]  # "# The title", a blank line, the text
     lines = title.source.split("\n")
     if lines[2:3] and lines[2].startswith(STAMP):  # stamped before: that line and the blank one before it go
         del lines[1:3]
-    lines[1:1] = ["", stamp_line(seconds, needs_root(nb))]
+    lines[1:1] = ["", stamp_line(seconds, root)]
     title.source = "\n".join(lines)
     nbformat.write(nb, path)
     readme = ROOT / "notebooks" / "README.md"
     row = re.compile(rf"^(\| \[`{re.escape(name)}`\].*\| )[^|]+( \|)$", re.M)
-    text, found = row.subn(lambda m: m.group(1) + readme_time(seconds, needs_root(nb)) + m.group(2), readme.read_text())
+    text, found = row.subn(lambda m: m.group(1) + readme_time(seconds, root) + m.group(2), readme.read_text())
     if not found:
         raise SystemExit(f"notebooks/README.md has no row for {name}: add one to its table")
     readme.write_text(text)

@@ -53,19 +53,32 @@ def mlp(hidden: int | Sequence[int] = (64, 32), classes: int = 10, activation: s
 @dataclass(frozen=True)
 class SplitMLP:
     """The MLP split across devices, layer by layer (model parallelism): its layers are cut
-    into ``devices`` consecutive stages and stage i's variables and computation are placed
-    on the engine's i-th CPU device (``train(strategy="single", devices=N)`` makes them).
-    Every cut sends the activations forward and their gradients back, each step."""
+    into ``devices`` consecutive stages (``stages``: each layer's, hidden layers then the
+    output; None: as even as the layers allow) and stage i's variables and computation are
+    placed on device i. On one engine those are its CPU's logical devices
+    (``train(strategy="single", devices=N)`` makes them); under ``strategy="model_parallel"``
+    stage i lives on worker engine i (``/job:worker/task:i``), which the chief running the
+    model is connected to. Every cut sends the activations forward and their gradients
+    back, each step."""
 
     hidden: tuple = (64, 32)
     classes: int = 10
     devices: int = 2
     activation: str = "relu"
+    layer_stages: tuple | None = None
 
     def stages(self) -> tuple[int, ...]:
         """The stage (device index) of each layer, hidden layers then the output."""
+        if self.layer_stages is not None:
+            return tuple(self.layer_stages)
         n = len(self.hidden) + 1
         return tuple(i * self.devices // n for i in range(n))
+
+    def cut_widths(self) -> tuple[int, ...]:
+        """The width of each cut: the output width of every layer whose successor is on the
+        next stage. A cut moves ``costmodel.cut_bytes(batch, width)`` per step."""
+        stages = self.stages()
+        return tuple(w for w, a, b in zip(self.hidden, stages, stages[1:]) if a != b)
 
     def __call__(self) -> keras.Model:
         import keras
@@ -74,11 +87,8 @@ class SplitMLP:
         widths = tuple(self.hidden) + (self.classes,)
         acts = [self.activation] * len(self.hidden) + ["softmax"]
         names = [f"dense_{i}" for i in range(len(self.hidden))] + ["output"]
-        cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
-        if len(cpus) < self.devices:
-            raise ValueError(f"Invalid value for argument 'devices'. Received: {len(cpus)} CPU device(s) on the "
-                             f"engine. Expected {self.devices}: train with devices={self.devices}.")
-        placed = [(cpus[s], keras.layers.Dense(w, activation=a, name=n))
+        devices = _stage_devices(self.devices)
+        placed = [(devices[s], keras.layers.Dense(w, activation=a, name=n))
                   for s, w, a, n in zip(self.stages(), widths, acts, names)]
 
         class Split(keras.Model):
@@ -104,13 +114,54 @@ class SplitMLP:
         return Split()
 
 
-def split_mlp(hidden: int | Sequence[int] = (64, 32), classes: int = 10, devices: int = 2) -> SplitMLP:
+def _stage_devices(n: int) -> list[str]:
+    """The ``n`` devices a split model's stages go to, on the engine building it: the first
+    device of each worker task when the engine is connected to a cluster of workers (a
+    model-parallel chief: ``/job:worker/replica:0/task:i/device:CPU:0``, or its GPU), else
+    this engine's logical CPU devices (``devices=N`` under ``single``)."""
+    import tensorflow as tf
+
+    found = [d.name for d in tf.config.list_logical_devices()]
+    workers = [f"/job:worker/replica:0/task:{i}/device:" for i in range(n)]
+    if any(name.startswith(workers[0]) for name in found):
+        remote = []
+        for i, prefix in enumerate(workers):
+            mine = [name for name in found if name.startswith(prefix)]
+            if not mine:
+                raise ValueError(f"Invalid value for argument 'workers'. Received: a cluster without worker task {i}. "
+                                 f"Expected {n} worker engines, one per stage of the model (split_mlp(devices={n})).")
+            remote.append(next((m for m in mine if "/device:GPU:" in m), mine[0]))
+        return remote
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    if len(cpus) < n:
+        raise ValueError(f"Invalid value for argument 'devices'. Received: {len(cpus)} CPU device(s) on the "
+                         f"engine. Expected {n}: train with devices={n}.")
+    return cpus[:n]
+
+
+def split_mlp(hidden: int | Sequence[int] = (64, 32), classes: int = 10, devices: int = 2,
+              stages: Sequence[int] | None = None) -> SplitMLP:
     """An MLP whose consecutive layers live on ``devices`` different devices (model
-    parallelism). Train it with ``strategy="single", devices=N``."""
+    parallelism). Train it with ``strategy="single", devices=N`` (logical devices of one
+    engine) or ``strategy="model_parallel", workers=N`` (a worker engine per stage).
+    ``stages``: the stage of each layer, hidden layers then the output, from 0 up by steps
+    of 0 or 1 to ``devices - 1``: where to cut, e.g. ``split_mlp((512, 16), stages=(0, 0, 1))``
+    cuts after the 16-wide layer, ``stages=(0, 1, 1)`` after the 512-wide one (None: the
+    layers spread as evenly as they go)."""
     base = mlp(hidden, classes)
-    if validate.positive_int("devices", devices) > len(base.hidden) + 1:
-        raise invalid("devices", devices, f"an int from 1 to {len(base.hidden) + 1} (one stage per layer at most)")
-    return SplitMLP(base.hidden, base.classes, devices)
+    layers = len(base.hidden) + 1
+    if validate.positive_int("devices", devices) > layers:
+        raise invalid("devices", devices, f"an int from 1 to {layers} (one stage per layer at most)")
+    if stages is not None:
+        given = tuple(stages) if isinstance(stages, (list, tuple)) else stages
+        steps = [b - a for a, b in zip(given, given[1:])] if isinstance(given, tuple) else None
+        if not (isinstance(given, tuple) and len(given) == layers
+                and all(isinstance(s, int) and not isinstance(s, bool) for s in given)
+                and given[0] == 0 and given[-1] == devices - 1 and all(d in (0, 1) for d in steps)):
+            raise invalid("stages", stages, f"{layers} stage numbers, one per layer (hidden layers then the "
+                          f"output), from 0 up by steps of 0 or 1 to devices - 1 = {devices - 1}")
+        stages = given
+    return SplitMLP(base.hidden, base.classes, devices, layer_stages=stages)
 
 
 @dataclass(frozen=True)

@@ -161,7 +161,11 @@ class Scenario:
     outside communication (waiting for a batch; Python, dispatch); ``pauses``: seconds per
     global step outside every step (checkpoints, evaluations, the chief's dispatch between
     calls), which slow steps/s but no step. ``ps_shares``: {PS task:
-    its share of the variables' bytes}. ``bits``: the precision of synchronous messages."""
+    its share of the variables' bytes}. ``bits``: the precision of synchronous messages.
+    ``cuts``: a model split into stages (one per worker, ``worker:i`` holding stage i): the
+    activation bytes crossing each cut per step, stage i to i+1, forward (their gradients
+    come back as many); ``label_bytes``: the labels stage 0 reads and the last stage's loss
+    needs, sent with the forward pass."""
 
     strategy: str
     workers: int
@@ -181,6 +185,8 @@ class Scenario:
     average_every: int = 1
     loopback: Link | None = None
     pauses: float = 0.0
+    cuts: tuple[float, ...] = ()
+    label_bytes: float = 0.0
 
 
 def ring(strategy: str) -> bool:
@@ -194,7 +200,7 @@ def compute_time(s: Scenario) -> tuple[float, float]:
     for a core). On ``cores`` shared cores each worker keeps one core busy while it computes:
     n workers take max(1, n / cores) times as long as one alone. The measured ``compute``
     is converted from ``compute_workers`` to ``workers`` that way."""
-    if s.cores is None:
+    if s.cores is None or s.cuts:  # a split model's stages compute one after the other
         return s.compute, 0.0
     alone = s.compute / max(1.0, s.compute_workers / s.cores)
     shared = alone * max(1.0, s.workers / s.cores)
@@ -246,6 +252,35 @@ def _ring_step(s: Scenario, chunk: float) -> tuple[float, dict[str, float]]:
     return alpha + slowest, out
 
 
+def _cuts_step(s: Scenario, tx: dict[str, float], rx: dict[str, float]) -> tuple[float, float]:
+    """(seconds, of which latency) a split model's step spends sending over its cuts, one
+    transfer after the other: the forward pass waits for each cut's activations (the labels
+    travel to the last stage beside the first cut's), the backward pass for each cut's
+    gradients; each transfer takes its latency plus its bytes over the slower of the two
+    links it crosses (full duplex: the forward and backward bytes each cross a link one
+    way). Adds each host's bytes per step to ``tx`` and ``rx``."""
+    seconds, latency = 0.0, 0.0
+    last = f"worker:{len(s.cuts)}"
+    for i, activations in enumerate(s.cuts):
+        a, b = f"worker:{i}", f"worker:{i + 1}"
+        labels = s.label_bytes if i == 0 else 0.0
+        moves = [(a, b, activations, True), (b, a, activations, True)]
+        if labels:  # the labels leave with the batch, while stage 0 computes: their bytes
+            moves.append(("worker:0", last, labels, False))  # share the link, no wait of their own
+        for src, dst, size, waits in moves:
+            crossed = _cross(s, src, dst)
+            if not crossed:
+                continue
+            alpha = max(_link(s, h).alpha for h in crossed) if waits else 0.0
+            seconds += alpha + size / min(_link(s, h).bytes_per_s for h in crossed)
+            latency += alpha
+            sender, receiver = s.hosts[src], s.hosts[dst]
+            if sender != receiver:
+                tx[sender] = tx.get(sender, 0.0) + size
+                rx[receiver] = rx.get(receiver, 0.0) + size
+    return seconds, latency
+
+
 def predict(s: Scenario) -> dict[str, Any]:
     """What ``s`` should do: {"steps_per_s", "step_time", "compute_time", "comm_time",
     "wait_time", "input_time", "other_time", "cpu_wait", "bytes_per_step" (each host's
@@ -257,7 +292,10 @@ def predict(s: Scenario) -> dict[str, Any]:
     busiest link's share. Parameter servers: each worker step pulls every variable and
     pushes every gradient (S each way on its link, a share of both on each PS task's), the
     pull and the push at once (claim 3's M/B); the global rate is the lesser of n / (one
-    worker's step time) and each link's bytes/s over the bytes it must move per global step."""
+    worker's step time) and each link's bytes/s over the bytes it must move per global step.
+    A split model (``cuts``): step time = input + every stage's compute + each cut's
+    transfers forward and back, one after the other (``_cuts_step``); no overlap (the
+    workbench runs no pipeline of micro-batches)."""
     compute, cpu_wait = compute_time(s)
     n = s.workers
     fixed = s.input + compute + s.other
@@ -316,6 +354,10 @@ def predict(s: Scenario) -> dict[str, Any]:
         for ps, share in shares.items():
             crosses = any(_cross(s, ps, f"worker:{i}") for i in range(n))
             ps_load[ps] = rate * share * S if crosses else 0.0
+    elif s.cuts:
+        comm, latency = _cuts_step(s, tx, rx)
+        worker_time, on_links = fixed + comm, comm
+        rate = 1.0 / (worker_time + s.pauses)
     else:  # one engine: nothing crosses a link
         worker_time, on_links, latency = fixed, 0.0, 0.0
         rate = 1.0 / (fixed + s.pauses) if fixed + s.pauses > 0 else float("inf")
@@ -372,7 +414,7 @@ def _bottleneck(s: Scenario, p: dict[str, Any], fixed: float) -> tuple[str, str]
                 f"network-bound: {host}'s link carries {moved[host] / 1e6:.3g} MB per step at {speed}; "
                 f"predicted {rate:.3g} steps/s")
     if p["link_time"] >= fixed:  # messages between tasks of one host, over its loopback
-        messages = 2 * (s.workers - 1) if ring(s.strategy) else 2
+        messages = 2 * (s.workers - 1) if ring(s.strategy) else 2 * len(s.cuts) if s.cuts else 2
         return "communication", (f"communication-bound: {p['link_time'] * 1e3:.3g} ms per step in {messages} "
                                  f"messages between the tasks over this machine's loopback "
                                  f"({s.loopback.alpha * 1e3:.3g} ms each before its bytes), against "

@@ -56,7 +56,7 @@ the dashboard (live and at the end), ``wb.compare``, the CLI (progress, summary,
   seconds.
 """
 
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 import numpy as np
 
@@ -138,16 +138,30 @@ def asynchronous(workers: "np.typing.ArrayLike | None", distinct: int) -> bool:
     return bool(codes.min() != codes.max()) and distinct > 0.75 * len(codes)
 
 
+class Count(NamedTuple):
+    """An asynchronous run's steps inside a stretch: ``steps`` (``counted``) between
+    ``began`` and ``ended``."""
+
+    steps: float
+    began: float
+    ended: float
+
+    @property
+    def rate(self) -> float:
+        """The steps/s they make."""
+        return self.steps / (self.ended - self.began)
+
+
 def asynchronous_count(kept: np.ndarray, kept_ends: np.ndarray, times: "np.typing.ArrayLike",
                        step_times: "np.typing.ArrayLike", workers: "np.typing.ArrayLike | None",
-                       distinct: int) -> tuple[float, float, float] | None:
-    """For an asynchronous run's rows (``asynchronous``): (the steps ``counted`` inside the
-    stretch of the steps it times, ``kept`` with their ``kept_ends``, its start, its end);
-    None for any other run's, whose steps count as ``stretch`` says."""
+                       distinct: int) -> Count | None:
+    """For an asynchronous run's rows (``asynchronous``): the steps ``counted`` inside the
+    stretch of the steps it times (``kept`` with their ``kept_ends``), with its start and
+    end; None for any other run's, whose steps count as ``stretch`` says."""
     if not asynchronous(workers, distinct):
         return None
     _, began, _, ended = stretch(kept, kept_ends)
-    return counted(times, step_times, workers, began, ended), began, ended
+    return Count(counted(times, step_times, workers, began, ended), began, ended)
 
 
 def _codes(labels: "np.typing.ArrayLike") -> np.ndarray:
@@ -243,7 +257,7 @@ def run_figures(steps: "np.typing.ArrayLike", times: "np.typing.ArrayLike", step
     rate = steps_per_s(s[keep], ends[keep])
     count = asynchronous_count(s[keep], ends[keep], times, step_times, workers, len(s)) if np.isfinite(rate) else None
     if count is not None:
-        rate = count[0] / (count[2] - count[1])
+        rate = count.rate
     inside = np.isin(steps, s[keep])
     return {"steps_per_s": rate, "examples_per_s": examples_per_s(rate, global_batch_size),
             "step_time": step_time(step_times[inside]), "wall_time": float(ends.max() - ends.min()),
@@ -289,7 +303,7 @@ def steady_stretch(history: "object", first_step: int = 1) -> tuple[float, float
     count = None if step_times is None else asynchronous_count(s[keep], ends[keep], h["time"].values, step_times,
                                                                  workers, len(s))
     if count is not None:
-        first = last - count[0]
+        first = last - count.steps
     return first, began, last, ended
 
 

@@ -38,6 +38,9 @@ class StrategySpec:
     # its workers all-reduce gradients (or parameters) that ``compression=`` may send in 16/8 bits
     compressible: bool = False
     device_replicas: bool = False  # one replica per (logical) device of its engine
+    # its model is split into consecutive stages, one per worker engine (wb.models.split_mlp
+    # with devices=workers), driven by the chief: the batch flows through every worker
+    splits_model: bool = False
     elastic: tuple[str, ...] = ()  # what a resume may change ("workers", "ps")
     steps_per_execution: int = 10  # steps per tf.function call (per scheduled function under PS)
     # runs at least this long unroll full-length calls (faster, but the trace and first call
@@ -104,8 +107,9 @@ class StrategySpec:
         return not (self.has_ps and workers > 1)
 
     def shards(self, workers: int) -> int:
-        """Shards of the training data: one per worker engine, or 1 on one engine."""
-        return workers if self.multi_engine else 1
+        """Shards of the training data: one per worker engine, or 1 on one engine or when
+        the workers hold stages of one model (its first stage reads every batch)."""
+        return workers if self.multi_engine and not self.splits_model else 1
 
     def default_steps_per_execution(self, steps: int) -> int:
         """Steps per call when the user gives none, for a run of ``steps`` steps."""
@@ -136,6 +140,11 @@ _SPECS = (
         name="parameter_averaging", roles=("worker",), multi_engine=True, synchronous=True,
         description="synchronous parameter averaging every k steps across worker engines (Deeplearning4j)",
         averages=True, compressible=True,
+    ),
+    StrategySpec(
+        name="model_parallel", roles=("chief", "worker"), multi_engine=True, synchronous=False,
+        description="one model split into stages across worker engines, driven by a chief (model parallelism)",
+        servers=True, splits_model=True,
     ),
     StrategySpec(
         name="mirrored", roles=("local",), multi_engine=False, synchronous=False,

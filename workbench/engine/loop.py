@@ -83,8 +83,9 @@ def _state(strategy, job):
 
 
 def _io_options(job):
-    """Where a checkpoint's files are written and read. Under parameter-server training TF
-    writes each PS task's variables from that task, on its host's disk; when hosts do not
+    """Where a checkpoint's files are written and read. Where variables live on the tasks
+    the chief drives (parameter servers' PS tasks, a model-parallel run's workers) TF
+    writes each task's variables from that task, on its host's disk; when hosts do not
     share the kernel's run directory (``job.unshared_hosts``) the chief does all the IO
     instead, so that the whole checkpoint is where the chief sends it from (and where a
     resume puts it back)."""
@@ -92,7 +93,7 @@ def _io_options(job):
 
     from workbench.common import strategies
 
-    if job.unshared_hosts and strategies.spec(job.strategy).shards_variables:  # variables on PS tasks
+    if job.unshared_hosts and strategies.spec(job.strategy).servers:  # variables on the served tasks
         return tf.train.CheckpointOptions(experimental_io_device="/job:chief/replica:0/task:0/device:CPU:0")
     return None
 

@@ -10,6 +10,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from workbench.common.protocols import ServerResult, TaskContext
     from workbench.common.roles import Task
 
 _SERVER = {}  # {"spec": TF_CONFIG json, "server": tf.distribute.Server}
@@ -35,3 +36,14 @@ def ensure(task: Task) -> dict[str, Any]:
     )
     _SERVER.update(spec=task.tf_config_json, server=server)
     return {"target": server.target, "reused": False, "devices": placement.devices(task), "pid": os.getpid()}
+
+
+def serve(ctx: TaskContext) -> ServerResult:
+    """A task that only serves (a parameter-server run's worker or PS task, a model-parallel
+    run's worker): its server started (or kept), and its placement row; the chief drives it."""
+    import time
+
+    info = ensure(ctx.task)
+    row = dict(ctx.task_row, devices=info["devices"])
+    return {"server": info["target"], "reused": info["reused"],
+            "events": [{"kind": "placement", "tasks": [row], "variables": [], "time": time.time()}]}

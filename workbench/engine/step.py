@@ -7,7 +7,7 @@ with the input's time), ``gated`` (one clock read between a step's parts) and ``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from workbench.engine import build, keras_metrics, shared_state
 
@@ -63,10 +63,6 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
         opt._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # summed by reduce
     if concurrent:
         shared_state.count_atomically(opt)
-
-    def after(deps, value):
-        with tf.control_dependencies([d for d in tf.nest.flatten(deps, expand_composites=True) if d is not None]):
-            return tf.identity(value) if not callable(value) else value()
 
     def replica_step(x, y):
         if staleness:
@@ -129,6 +125,16 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
     # traced as written wherever it is called (parameter averaging's loop is converted):
     # the user's functions it calls are converted on their own (build.users)
     return tf.autograph.experimental.do_not_convert(replica_step)
+
+
+def after(deps: Any, value: Any) -> Any:
+    """``value`` (a tensor, through ``tf.identity``, or what a callable makes: a clock read)
+    created after every tensor and op in ``deps`` has run: how a step's timers bracket the
+    ops they time."""
+    import tensorflow as tf
+
+    with tf.control_dependencies([d for d in tf.nest.flatten(deps, expand_composites=True) if d is not None]):
+        return tf.identity(value) if not callable(value) else value()
 
 
 def steps_fn(strategy: tf.distribute.Strategy, replica_step: Callable, outputs: int = 2,

@@ -188,7 +188,7 @@ class Records:
             spans = np.fromiter((rows[step][1] for step in ends), float, len(ends))
             count = figures.asynchronous_count(steps[keep], times[keep], times, spans, workers, len(steps))
             if count is not None:
-                value = count[0] / (count[2] - count[1])
+                value = count.rate
         rate = None if np.isnan(value) else value
         self._rates[key] = (read, rate)
         return rate

@@ -19,15 +19,10 @@ if TYPE_CHECKING:
 def train(job: "Job", ctx: "TaskContext") -> "Union[TaskResult, ServerResult]":
     """A worker or PS task starts (or keeps) its engine's server and returns; the chief
     runs the coordinator and the training loop."""
-    import time
-
     if ctx.task.role in ("ps", "worker"):
         from workbench.engine import server
 
-        info = server.ensure(ctx.task)
-        row = dict(ctx.task_row, devices=info["devices"])
-        return {"server": info["target"], "reused": info["reused"],
-                "events": [{"kind": "placement", "tasks": [row], "variables": [], "time": time.time()}]}
+        return server.serve(ctx)
     strategy, coordinator = _strategy_and_coordinator(job, ctx)
     try:
         return _train(job, ctx, strategy, coordinator)

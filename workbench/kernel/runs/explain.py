@@ -180,7 +180,22 @@ def scenario(run: Any) -> costmodel.Scenario:
         compute_workers=job.workers, average_every=getattr(job, "average_every", 1) or 1, loopback=LOOPBACK)
     if spec.has_ps:  # the anatomy counts a worker's pulls of the variables in its compute
         s = replace(s, compute=costmodel.without_pulls(s, parts["compute"]))
+    if spec.splits_model:  # the stages compute one after the other: one step's compute, as timed
+        s = replace(s, cuts=_cuts(job.model, job.global_batch_size), label_bytes=_label_bytes(job),
+                    compute_workers=1)
     return s
+
+
+def _cuts(model: Any, batch: int) -> tuple[float, ...]:
+    """The activation bytes crossing each cut of a split model per step, forward (float32)."""
+    return tuple(costmodel.cut_bytes(batch, w) / 2 for w in model.cut_widths())
+
+
+def _label_bytes(job: Any) -> float:
+    """The bytes of one step's labels (sent from the first stage, which reads the batches,
+    to the last, which computes the loss); 0 when the data is not arrays the model knows."""
+    y = getattr(job.data, "y_train", None)
+    return float(job.global_batch_size * y[:1].nbytes) if y is not None and len(y) else 0.0
 
 
 def explain(run: Any) -> Explanation:
@@ -202,6 +217,9 @@ def explain(run: Any) -> Explanation:
     if costmodel.ring(s.strategy) and s.workers > 1:
         sent = costmodel.message_bytes(s.model_bytes, s.bits, s.tensors)
         rows.append(("bytes handed to the all-reduce per step", sent, parts["bytes_per_step"], "model"))
+    if s.cuts:
+        rows.append(("bytes across the cuts per step (activations, their gradients)", 2 * sum(s.cuts),
+                     parts["bytes_per_step"], "model: 2 x batch x width x 4 per cut"))
     steady = _steady(h, run.job.first_step)
     for host, b in p["bytes_per_step"].items():
         if host == "local":
@@ -268,6 +286,9 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     n = base.workers if workers is None else validate.positive_int("workers", workers)
     k = base.ps if ps is None else validate.positive_int("ps", ps, minimum=0)
     validate.topology(spec, n, k)
+    if spec.splits_model and n != base.workers:
+        raise invalid("workers", workers, f"{base.workers}: a split model has a worker per stage (its cuts are the "
+                      "calibration's model's; predict another split from a run of that split)")
     bits = base.bits if compression == AS_CALIBRATED else BITS.get(compression)
     if bits is None:
         raise invalid("compression", compression, "None, 'fp16', 'bf16' or 'int8'")
@@ -297,7 +318,9 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     s = costmodel.Scenario(
         strategy=base.strategy, workers=n, model_bytes=size, compute=compute, hosts=hosts, links=host_link, ps=k,
         tensors=base.tensors, bits=bits, global_batch_size=batch, input=base.input, other=base.other,
-        pauses=base.pauses, cores=shared, compute_workers=1, average_every=base.average_every, loopback=LOOPBACK)
+        pauses=base.pauses, cores=shared, compute_workers=1, average_every=base.average_every, loopback=LOOPBACK,
+        cuts=tuple(c * batch / base.global_batch_size for c in base.cuts),
+        label_bytes=base.label_bytes * batch / base.global_batch_size)
     p = costmodel.predict(s)
     one = costmodel.predict(costmodel.Scenario(
         strategy="single", workers=1, model_bytes=size, compute=alone * (batch / base_per_worker if spec.synchronous

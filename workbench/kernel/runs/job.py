@@ -50,6 +50,7 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
     if devices and not spec.logical_devices:
         raise invalid("devices", devices, f"0 with strategy={strategy!r} (logical devices are for "
                       f"{_listed('logical_devices')})")
+    _stages_fit(model, spec, workers, devices)
     if average_every is not None and not spec.averages:
         raise invalid("average_every", average_every,
                       f"None with strategy={strategy!r} (only {_listed('averages')} averages replicas)")
@@ -108,6 +109,28 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
         loss_name=loss_name,
         compression=compression, anatomy=anatomy, logs=logs,
     )
+
+
+def _stages_fit(model, spec, workers, devices):
+    """A split model's stages need a device each: a worker engine each under a strategy that
+    splits the model across its workers (which trains nothing else), or a logical device
+    each of one engine."""
+    from workbench.models import SplitMLP
+
+    split = isinstance(model, SplitMLP)
+    if spec.splits_model:
+        if not split:
+            raise invalid("model", model, f"wb.models.split_mlp(..., devices={workers}) with strategy="
+                          f"{spec.name!r}: its stages, one per worker engine, are what the workers hold")
+        if model.devices != workers:
+            raise invalid("workers", workers, f"workers={model.devices}: one worker engine per stage of the model "
+                          f"(split_mlp(devices={model.devices}))")
+    elif split and not spec.logical_devices:
+        raise invalid("model", model, f"a model that is not split with strategy={spec.name!r} (train "
+                      f"split_mlp with {_listed('splits_model')}, or on logical devices with {_listed('logical_devices')})")
+    elif split and devices < model.devices:
+        raise invalid("devices", devices, f"at least {model.devices}: a logical device per stage of "
+                      f"split_mlp(devices={model.devices})")
 
 
 def _listed(flag, quote=True):

@@ -30,28 +30,45 @@ from workbench.store import RunDir
 
 SAMPLE_EVERY = 0.1  # seconds between counter samples while a run trains
 WRITE_EVERY = 1.0  # seconds between appends of the new samples to the run directory
-# tbf's smallest bucket: twice a GSO packet (64 KiB of payload plus its headers). A packet
-# the bucket cannot hold never leaves: with 64 KiB, lowering 100 to 50 mbit under traffic
-# left 213 packets stuck in the queue and the link dead for good (replace keeps the queue).
-MIN_BURST = 128 * 1024
+FRAME = 1514  # bytes tbf charges for a full Ethernet frame (MTU 1500 + 14): its largest packet
+SLACK = 500e-6  # seconds of traffic the bucket holds beyond one frame: the timer's lateness (shape())
 
 _beds = weakref.WeakSet()  # open test beds in this process
 _watches = weakref.WeakSet()  # live LinkWatch objects (they record injected faults)
 
 
 def shape(veth: str, netns: str, bits: int | None) -> None:
-    """Set both directions of one host's link to ``bits``/s (None: remove the shaping)."""
+    """Set both directions of one host's link to ``bits``/s (None: remove the shaping).
+
+    The token bucket is what a sender gets at line speed after an idle link, so it is kept
+    small: one frame plus ``SLACK`` of traffic (2.8 KB at 20 Mbit, 7.8 KB at 100 Mbit,
+    64 KB at 1 Gbit). It was ``max(128 KiB, 10 ms)``: a 100 KB message crossed a 20 Mbit
+    link in 1% of S/rate, 1 MB a 1 Gbit link in 13-19% (bench/links.py). The slack is the
+    price of tbf's timer, which fires late on 2 loaded cores: with a bucket of exactly one
+    frame a 100 Mbit link carried 0.7 of its rate, a 20 Mbit one 0.94; with 100 us of
+    slack a TCP stream still fell to 0.92-0.95 of 100 Mbit, with 500 us it held 0.955-0.957
+    (the payload's ceiling with 1,514-byte frames: 1448/1514 = 0.956). So what stays
+    unemulated is one frame plus 500 us of traffic per message (and the last frame's own
+    serialization, which tbf never delays): small messages at high rates cross too fast.
+
+    ``peakrate`` with ``mtu`` = one frame caps tbf's largest packet at one frame whatever
+    the bucket: tbf cuts each offloaded (GSO) packet of up to 64 KiB into frames as it
+    queues it, so a bucket smaller than a GSO packet neither drops nor strands it. Before,
+    the bucket had to hold a whole GSO packet, and a rate lowered under traffic left
+    queued packets bigger than the new bucket, stuck for good (213 packets with a 64 KiB
+    bucket). The peak rate (1000 x the rate) never binds: at 10 x, the one-frame peak
+    bucket made tbf wait for its timer after every frame (1 Gbit carried 0.4 of its rate).
+    """
     for prefix, dev in ((["tc"], veth), (["tc", "-n", netns], "eth0")):
         if bits is None:
             out = subprocess.run([*prefix, "qdisc", "del", "dev", dev, "root"], capture_output=True, text=True)
             if out.returncode != 0 and "No such file" not in out.stderr and "Cannot delete qdisc with handle of zero" not in out.stderr:
                 raise TestbedError(f"`{' '.join(prefix)} qdisc del dev {dev} root` failed: {out.stderr.strip()}")
             continue
-        # the bucket holds 10 ms of traffic, at least MIN_BURST; the queue 20 ms: enough for
-        # one TCP stream to fill the rate, little added delay
-        burst = max(MIN_BURST, bits // 8 // 100)
+        # the queue holds 20 ms: enough for one TCP stream to fill the rate, little added delay
         cmd = [*prefix, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{bits}bit",
-               "burst", str(burst), "latency", "20ms"]
+               "burst", str(FRAME + int(bits / 8 * SLACK)), "latency", "20ms",
+               "peakrate", f"{1000 * bits}bit", "mtu", str(FRAME)]  # see the docstring
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             raise TestbedError(f"`{' '.join(cmd)}` failed ({out.returncode}): {out.stderr.strip()}")

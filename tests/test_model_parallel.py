@@ -1,0 +1,69 @@
+"""Model parallelism across engines (``strategy="model_parallel"``): one model cut into stages,
+stage i's variables and ops on worker engine i, the chief driving it over TF's gRPC runtime.
+What crosses a cut is measured here as tensor sizes; on emulated hosts, on the links'
+counters (walkthrough 01)."""
+
+import pytest
+
+import workbench as wb
+from checks import relative_difference
+
+pytestmark = pytest.mark.cluster
+
+DIGITS = wb.datasets.digits()
+ARGS = dict(data=DIGITS, global_batch_size=64, steps=40, seed=3, learning_rate=0.1, checkpoint_every=0,
+            dashboard=False)
+
+
+def test_a_model_split_across_two_engines_trains_to_the_whole_models_weights(cluster4):
+    split = cluster4.train(wb.models.split_mlp((64, 32), devices=2), strategy="model_parallel", workers=2,
+                           **ARGS).wait(timeout=300)
+    whole = cluster4.train(wb.models.mlp((64, 32)), strategy="single", workers=1, **ARGS).wait(timeout=300)
+    assert split.status == "finished" and split.final_step == 40
+    p = split.placement
+    devices = p[p.variable.notna()].set_index("variable").device
+    assert devices["split_mlp/dense_0/kernel"] == "/job:worker/replica:0/task:0/device:CPU:0"
+    assert devices["split_mlp/output/kernel"] == "/job:worker/replica:0/task:1/device:CPU:0"
+    # placement changes where the work happens, not one number
+    assert relative_difference(split.weights(), whole.weights()) < 1e-6
+    assert split.evaluation["test_accuracy"] == pytest.approx(whole.evaluation["test_accuracy"])
+    # split_mlp((64, 32), devices=2) cuts after the 32-wide layer: 2 x batch x 32 x 4 bytes a step
+    assert (split.history.comm_bytes == 2 * 64 * 32 * 4).all()
+    e = split.explain().table.set_index("figure")
+    row = e.loc["bytes across the cuts per step (activations, their gradients)"]
+    assert row.predicted == 2 * 64 * 32 * 4 and row.ratio == pytest.approx(1.0)
+
+
+def test_where_the_cut_falls_decides_what_crosses_not_what_is_learned(cluster4):
+    narrow = cluster4.train(wb.models.split_mlp((256, 16), devices=2, stages=(0, 0, 1)), strategy="model_parallel",
+                            workers=2, **ARGS).wait(timeout=300)
+    wide = cluster4.train(wb.models.split_mlp((256, 16), devices=2, stages=(0, 1, 1)), strategy="model_parallel",
+                          workers=2, **ARGS).wait(timeout=300)
+    assert (narrow.history.comm_bytes == 2 * 64 * 16 * 4).all()
+    assert (wide.history.comm_bytes == 2 * 64 * 256 * 4).all()
+    assert relative_difference(narrow.weights(), wide.weights()) < 1e-6
+    # the anatomy's compute is the stages' own: about the same for both cuts (the same
+    # layers), not the wide cut's transfers (timed as compute before, 50x the narrow's)
+    compute = [r.history.compute_time.iloc[10:].median() for r in (narrow, wide)]
+    assert max(compute) < 4 * min(compute), compute
+    # a prediction on hosts of their own, at another batch: the cut's bytes scale with the
+    # batch (activations forward and the int32 labels with them; their gradients back)
+    p = wb.predict(wide, link="20mbit", global_batch_size=128).prediction
+    assert p["bytes_per_step"]["w0"] == {"tx": 128 * 256 * 4 + 128 * 4, "rx": 128 * 256 * 4}
+    assert p["bottleneck"] == "network: w0" or p["bottleneck"] == "network: w1"
+    with pytest.raises(wb.ConfigError, match=r"argument 'workers'. Received: workers=3"):
+        wb.predict(wide, workers=3)
+
+
+def test_a_split_model_and_its_strategy_are_checked_before_any_engine_starts(cluster4):
+    split = wb.models.split_mlp((64, 32), devices=2)
+    with pytest.raises(wb.ConfigError, match=r"argument 'model'.*Expected wb.models.split_mlp"):
+        cluster4.train(wb.models.mlp((64, 32)), strategy="model_parallel", workers=2, **ARGS)
+    with pytest.raises(wb.ConfigError, match=r"argument 'workers'. Received: workers=3.*workers=2"):
+        cluster4.train(split, strategy="model_parallel", workers=3, **ARGS)
+    with pytest.raises(wb.ConfigError, match=r"argument 'model'.*not split with strategy='multi_worker_mirrored'"):
+        cluster4.train(split, strategy="multi_worker_mirrored", workers=2, **ARGS)
+    with pytest.raises(wb.ConfigError, match=r"argument 'stages'. Received: stages=\(0, 2, 1\)"):
+        wb.models.split_mlp((64, 32), devices=2, stages=(0, 2, 1))
+    with pytest.raises(wb.ConfigError, match=r"argument 'stages'"):
+        wb.models.split_mlp((64, 32), devices=2, stages=(1, 1, 1))
