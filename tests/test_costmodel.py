@@ -91,27 +91,32 @@ def test_a_parameter_servers_link_carries_n_times_a_workers_and_flattens_the_rat
                                       links(*set(hosts.values())), ps=ps))
 
     one, two, three = ps_run(1), ps_run(2), ps_run(3)
-    # one worker: compute, and 1 MB pulled while 1 MB is pushed (full duplex), one message
-    # latency each way (measured on the bed: 14.8 steps/s through 20 Mbit links of 0.15 MB
-    # a step each way, each link 0.96 used; pull then push would be 7.2)
-    assert one["steps_per_s"] == pytest.approx(1 / (0.005 + MB / B + 2 * 5e-4))
-    assert one["link_util"]["w0"] == pytest.approx(one["steps_per_s"] * MB / B)
+    # one worker: compute, 1 MB pulled, then 1 MB pushed, one message latency each (measured
+    # on the bed: 1.82-1.92 steps/s through 5 Mbit links of 0.15 MB a step each way; at
+    # once, as the bed's old bucket let them, would be 3.75)
+    assert one["steps_per_s"] == pytest.approx(1 / (0.005 + 2 * MB / B + 2 * 5e-4))
+    assert one["link_util"]["w0"] == pytest.approx(one["steps_per_s"] * MB / B) and one["link_util"]["w0"] < 0.5
     for p, n in ((one, 1), (two, 2), (three, 3)):
         assert p["bytes_per_step"]["p0"]["tx"] == pytest.approx(MB)  # every global step pulls the model
         assert p["bytes_per_step"]["w0"]["tx"] == pytest.approx(MB / n)  # a worker does 1/n of the steps
-    # with equal links one worker nearly fills the PS link (all but its compute and latency);
-    # two fill it: the PS link's rate bounds the rate from there on
-    assert 0.9 < one["link_util"]["p0"] < 1
-    assert two["steps_per_s"] == pytest.approx(B / MB) == three["steps_per_s"]
+    # with equal links one worker uses each way of the PS link half the time (less its
+    # compute and latency): two fill it, one pulling while the other pushes, and the PS
+    # link's rate bounds the rate from there on
+    assert 0.45 < one["link_util"]["p0"] < 0.5
+    assert two["steps_per_s"] == pytest.approx(2 / (0.005 + 2 * MB / B + 2 * 5e-4))  # all but compute
+    assert two["steps_per_s"] < B / MB
+    assert three["steps_per_s"] == pytest.approx(B / MB)
     assert three["link_util"]["p0"] == pytest.approx(1.0) and three["bottleneck"] == "network: p0"
     assert three["ps_load"]["ps:0"] == pytest.approx(B)
-    split = ps_run(3, ps=2)  # two PS tasks each serve half the variables: twice the rate
-    assert split["bytes_per_step"]["p0"]["tx"] == pytest.approx(MB / 2)
-    assert split["steps_per_s"] == pytest.approx(2 * B / MB) and split["link_util"]["p0"] == pytest.approx(1.0)
-    # a PS link twice as fast as the workers' is half used by one worker and full from two
+    split = ps_run(3, ps=2)  # two PS tasks each serve half the variables: twice the links' bound,
+    assert split["bytes_per_step"]["p0"]["tx"] == pytest.approx(MB / 2)  # now above the workers' own
+    assert split["steps_per_s"] == pytest.approx(3 / (0.005 + 2 * MB / B + 2 * 5e-4))
+    assert split["steps_per_s"] < 2 * B / MB
+    assert split["steps_per_s"] > 1.4 * three["steps_per_s"] and split["link_util"]["p0"] < 1
+    # a PS link twice as fast as the workers' is a quarter used by one worker
     fast = cm.predict(cm.Scenario("parameter_server", 1, MB, 0.0, {"ps:0": "p0", "worker:0": "w0"},
                                   {"p0": cm.Link(2 * B, 0.0, 2 * 10**8), "w0": cm.Link(B, 0.0, 10**8)}, ps=1))
-    assert fast["steps_per_s"] == pytest.approx(B / MB) and fast["link_util"]["p0"] == pytest.approx(0.5)
+    assert fast["steps_per_s"] == pytest.approx(B / MB / 2) and fast["link_util"]["p0"] == pytest.approx(0.25)
 
 
 def test_workers_sharing_cores_compute_longer_and_the_model_says_so():

@@ -291,7 +291,7 @@ def predict(s: Scenario) -> dict[str, Any]:
     ring's time is its 2(n-1) (all-gather: n-1) message steps, each the latency plus the
     busiest link's share. Parameter servers: each worker step pulls every variable and
     pushes every gradient (S each way on its link, a share of both on each PS task's), the
-    pull and the push at once (claim 3's M/B); the global rate is the lesser of n / (one
+    pull, then the push (claim 3's M/B each); the global rate is the lesser of n / (one
     worker's step time) and each link's bytes/s over the bytes it must move per global step.
     A split model (``cuts``): step time = input + every stage's compute + each cut's
     transfers forward and back, one after the other (``_cuts_step``); no overlap (the
@@ -332,25 +332,27 @@ def predict(s: Scenario) -> dict[str, Any]:
             for h, b in moved.items():  # a global step is one worker's step: each worker 1/n of them
                 tx[h] = tx.get(h, 0.0) + b / n
                 rx[h] = rx.get(h, 0.0) + b / n
-        # the pull of a step's variables and the push of the previous step's gradients cross
-        # the link at once, one each way (full duplex): a worker's step takes one transfer,
-        # not two. Measured on the bed: one worker and its PS on 20 Mbit links made 14.8
-        # steps/s, each link 0.96 used each way; pull then push would make 7.2
-        worker_time = fixed + transfer + 2 * alpha
+        # a worker's step pulls its variables, then (after its compute) pushes its gradients:
+        # two transfers, one after the other. Measured on the bed with links that carry a
+        # message at their rate (links.shape): one worker and its PS on 5 Mbit links, 0.15 MB
+        # each way a step, made 1.82-1.92 steps/s, the two transfers' 1.93. (With the bed's
+        # old bucket, max(128 KiB, 10 ms), each message crossed at line speed from a full
+        # bucket, both ways refilled at once and the same step took one transfer: 3.75.)
+        # Between workers the transfers overlap: one pulls while another pushes
+        worker_time = fixed + 2 * transfer + 2 * alpha
         rate = n / (worker_time + n * s.pauses) if worker_time > 0 else float("inf")
         for h in set(tx) | set(rx):  # each link moves its bytes per global step at most at its rate
             rate = min(rate, _link(s, h).bytes_per_s / max(tx.get(h, 0.0), rx.get(h, 0.0)))
         # a link that bounds the rate slows every transfer over it: each worker's step then
         # takes n / rate, its pull and push the rest
-        transfer = max(transfer, n / rate - n * s.pauses - fixed - 2 * alpha) if rate > 0 else transfer
-        worker_time = fixed + transfer + 2 * alpha
-        on_links = transfer + 2 * alpha
+        transfer = max(transfer, (n / rate - n * s.pauses - fixed - 2 * alpha) / 2) if rate > 0 else transfer
+        worker_time = fixed + 2 * transfer + 2 * alpha
+        on_links = 2 * transfer + 2 * alpha
         latency = 2 * alpha
-        # the anatomy times the pull inside compute and the push after it: half the transfer
-        # each, an assumption (measured: the step's time and each link's use, not the split;
-        # one worker on 20 Mbit links timed 31 ms of pull, less its compute, and 29 of push)
-        compute += transfer / 2 + alpha
-        comm = transfer / 2 + alpha
+        # the anatomy times the pull inside compute (the forward pass reads the variables)
+        # and the push after it
+        compute += transfer + alpha
+        comm = transfer + alpha
         for ps, share in shares.items():
             crosses = any(_cross(s, ps, f"worker:{i}") for i in range(n))
             ps_load[ps] = rate * share * S if crosses else 0.0

@@ -32,6 +32,7 @@ SAMPLE_EVERY = 0.1  # seconds between counter samples while a run trains
 WRITE_EVERY = 1.0  # seconds between appends of the new samples to the run directory
 FRAME = 1514  # bytes tbf charges for a full Ethernet frame (MTU 1500 + 14): its largest packet
 SLACK = 500e-6  # seconds of traffic the bucket holds beyond one frame: the timer's lateness (shape())
+QUEUE = 0.02  # seconds of traffic a link's queue holds before it drops (tbf's latency)
 
 _beds = weakref.WeakSet()  # open test beds in this process
 _watches = weakref.WeakSet()  # live LinkWatch objects (they record injected faults)
@@ -67,7 +68,7 @@ def shape(veth: str, netns: str, bits: int | None) -> None:
             continue
         # the queue holds 20 ms: enough for one TCP stream to fill the rate, little added delay
         cmd = [*prefix, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{bits}bit",
-               "burst", str(FRAME + int(bits / 8 * SLACK)), "latency", "20ms",
+               "burst", str(FRAME + int(bits / 8 * SLACK)), "latency", f"{QUEUE * 1e3:g}ms",
                "peakrate", f"{1000 * bits}bit", "mtu", str(FRAME)]  # see the docstring
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
