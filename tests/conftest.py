@@ -34,7 +34,8 @@ SERIAL = {
     "tests/test_testbed.py", "tests/test_hosts.py", "tests/test_host_faults.py", "tests/test_host_hangs.py",
     "tests/test_host_rundir.py",
     "tests/test_launchers.py", "tests/test_links.py", "tests/test_link_runs.py", "tests/test_bench.py",
-    "notebooks/08_scaling_out.ipynb", "notebooks/09_network_bottleneck.ipynb",
+    "notebooks/01_data_vs_model_parallelism.ipynb", "notebooks/08_scaling_out.ipynb",
+    "notebooks/09_network_bottleneck.ipynb",
 }
 
 

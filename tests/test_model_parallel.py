@@ -67,3 +67,59 @@ def test_a_split_model_and_its_strategy_are_checked_before_any_engine_starts(clu
         wb.models.split_mlp((64, 32), devices=2, stages=(0, 2, 1))
     with pytest.raises(wb.ConfigError, match=r"argument 'stages'"):
         wb.models.split_mlp((64, 32), devices=2, stages=(1, 1, 1))
+
+
+def test_three_stages_on_three_engines_and_a_resume_from_the_chiefs_checkpoint(cluster4):
+    """Chief and 3 stage workers: 4 engines. A middle stage receives the activations and
+    sends its input's gradient back, as the first and last do; the checkpoint the chief
+    saves holds every stage's variables, and a resume continues from it."""
+    model = wb.models.split_mlp((64, 32), devices=3)
+    args = dict(ARGS, steps=20, checkpoint_every=20)
+    first = cluster4.train(model, strategy="model_parallel", workers=3, **args).wait(timeout=300)
+    assert first.checkpoint == 20
+    resumed = first.resume(steps=40).wait(timeout=300)
+    whole = cluster4.train(wb.models.mlp((64, 32)), strategy="single", workers=1,
+                           **dict(ARGS, steps=40)).wait(timeout=300)
+    p = resumed.placement
+    devices = p[p.variable.notna()].set_index("variable").device
+    assert devices["split_mlp/dense_1/kernel"] == "/job:worker/replica:0/task:1/device:CPU:0"
+    assert resumed.final_step == 40 and set(resumed.history.step) >= set(range(21, 41))
+    # cuts after the 64- and the 32-wide layers: 2 x batch x (64 + 32) x 4 bytes a step
+    assert (resumed.history.comm_bytes == 2 * 64 * (64 + 32) * 4).all()
+    # the same 40 steps as one process, the data read on from where the checkpoint left it
+    assert relative_difference(resumed.weights(), whole.weights()) < 1e-6
+
+
+def test_a_stopped_stage_is_named_not_waited_for_and_profile_says_what_to_read(cluster4):
+    """A stage's worker that stops answering (SIGSTOP) would hold the chief's step forever:
+    the run's tasks wait on each other every step, and the kernel names the stopped one."""
+    import os
+    import signal
+
+    from checks import wait_for
+
+    run = cluster4.train(wb.models.split_mlp((64, 32), devices=2), strategy="model_parallel", workers=2,
+                         **dict(ARGS, steps=1_000_000))
+    wait_for(lambda: run.step >= 100 or run.done, 120, lambda: f"step 100; at {run.step}")
+    with pytest.raises(wb.RunStateError, match=r"splits its model across its workers.*run.anatomy\(\)"):
+        run.profile()
+    pid = cluster4.engine_info[next(t.engine_id for t in run.tasks if t.name == "worker:1")].pid
+    os.kill(pid, signal.SIGSTOP)  # an engine this test's cluster started
+    try:
+        with pytest.raises((wb.RunStalled, wb.EngineError)) as info:
+            run.wait(timeout=90)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:  # killed with the run's other engines
+            pass
+    assert "worker:1" in str(info.value) and "stopped" in str(info.value), str(info.value)
+
+
+def test_the_cli_trains_a_split_mlp_under_model_parallel():
+    from workbench.cli import _model
+
+    model = _model(wb, "model_parallel", (64, 32), 10, None)
+    assert isinstance(model, wb.models.SplitMLP) and model.devices == 2
+    assert _model(wb, "model_parallel", (64, 32), 10, 3).devices == 3
+    assert not isinstance(_model(wb, "parameter_server", (64, 32), 10, 2), wb.models.SplitMLP)

@@ -137,7 +137,7 @@ def test_each_walkthrough_says_how_long_it_ran_and_whether_it_needs_root_as_its_
         nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
         title = nb.cells[0].source.split("\n")
         root = mk.needs_root(nb)  # its code builds emulated hosts
-        assert root == (name in ("08_scaling_out", "09_network_bottleneck")), name  # those two do, today
+        assert root == (name in ("01_data_vs_model_parallelism", "08_scaling_out", "09_network_bottleneck")), name
         assert title[2] == mk.stamp_line(mk.run_time(nb), root), (name, title[:3])
         row = next(line for line in readme.splitlines() if line.startswith(f"| [`{name}`]"))
         assert row.endswith(f"| {mk.readme_time(mk.run_time(nb), root)} |"), row

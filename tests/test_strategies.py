@@ -51,15 +51,17 @@ def test_roles_engines_and_replicas(name, workers, ps, counts, replicas):
 
 def test_what_each_strategy_is():
     table = {n: (s.multi_engine, s.synchronous, s.servers, s.shards_variables, s.averages, s.logical_devices,
-                 s.elastic, s.chief_role) for n, s in strategies.SPECS.items()}
+                 s.elastic, s.chief_role, s.splits_model, s.lockstep) for n, s in strategies.SPECS.items()}
     assert table == {
-        "multi_worker_mirrored": (True, True, False, False, False, False, ("workers",), None),
-        "parameter_server": (True, False, True, True, False, False, ("workers", "ps"), "chief"),
-        "parameter_averaging": (True, True, False, False, True, False, (), None),
-        "model_parallel": (True, False, True, False, False, False, (), "chief"),
-        "mirrored": (False, False, False, False, False, True, (), None),
-        "single": (False, False, False, False, False, True, (), None),
+        "multi_worker_mirrored": (True, True, False, False, False, False, ("workers",), None, False, True),
+        "parameter_server": (True, False, True, True, False, False, ("workers", "ps"), "chief", False, False),
+        "parameter_averaging": (True, True, False, False, True, False, (), None, False, True),
+        "model_parallel": (True, False, True, False, False, False, (), "chief", True, True),
+        "mirrored": (False, False, False, False, False, True, (), None, False, False),
+        "single": (False, False, False, False, False, True, (), None, False, False),
     }
+    # a split model's first stage reads every batch: one shard of the data, not one per worker
+    assert strategies.spec("model_parallel").shards(3) == 1 and strategies.spec("parameter_server").shards(3) == 3
 
 
 def test_default_steps_per_execution():

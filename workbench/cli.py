@@ -68,6 +68,17 @@ def _engines_needed(strategy: str, workers: int | None, ps: int | None) -> int:
     return spec.engines(*spec.with_defaults(workers, ps))
 
 
+def _model(wb, strategy, hidden, classes, workers):
+    """The MLP the CLI trains: split into a stage per worker under a strategy that splits
+    its model across the workers (``split_mlp``), else whole."""
+    from workbench.common import strategies
+
+    if strategy in strategies.names() and strategies.spec(strategy).splits_model:
+        stages = strategies.spec(strategy).with_defaults(workers, None)[0]
+        return wb.models.split_mlp(hidden, classes=classes, devices=stages)
+    return wb.models.mlp(hidden, classes=classes)
+
+
 def train(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
     import workbench as wb
 
@@ -82,7 +93,7 @@ def train(args: argparse.Namespace, out: TextIO = sys.stdout) -> "Run":
                              "Expected comma-separated ints, for example 64,32.") from None
     data = data()
     given = {o.name: getattr(args, o.name) for o in options.TRAINING if o.cli}
-    model = wb.models.mlp(hidden, classes=data.classes)
+    model = _model(wb, args.strategy, hidden, data.classes, args.workers)
     check(model, data, given)  # refuse bad arguments before any engine starts
     engines = args.engines or _engines_needed(args.strategy, args.workers, args.ps)
     with _started(wb, engines, out) as cluster:

@@ -265,8 +265,8 @@ def _cuts_step(s: Scenario, tx: dict[str, float], rx: dict[str, float]) -> tuple
         a, b = f"worker:{i}", f"worker:{i + 1}"
         labels = s.label_bytes if i == 0 else 0.0
         moves = [(a, b, activations, True), (b, a, activations, True)]
-        if labels:  # the labels leave with the batch, while stage 0 computes: their bytes
-            moves.append(("worker:0", last, labels, False))  # share the link, no wait of their own
+        if labels:  # the labels leave with the batch while stage 0 computes: their bytes take
+            moves.append(("worker:0", last, labels, False))  # the link's time, but no latency of their own
         for src, dst, size, waits in moves:
             crossed = _cross(s, src, dst)
             if not crossed:
@@ -291,7 +291,8 @@ def predict(s: Scenario) -> dict[str, Any]:
     ring's time is its 2(n-1) (all-gather: n-1) message steps, each the latency plus the
     busiest link's share. Parameter servers: each worker step pulls every variable and
     pushes every gradient (S each way on its link, a share of both on each PS task's), the
-    pull, then the push (claim 3's M/B each); the global rate is the lesser of n / (one
+    pull, then the push: M/B each (claim 3 takes one M/B a round, pull and push at once,
+    which a link that carries a message at its rate did not show); the global rate is the lesser of n / (one
     worker's step time) and each link's bytes/s over the bytes it must move per global step.
     A split model (``cuts``): step time = input + every stage's compute + each cut's
     transfers forward and back, one after the other (``_cuts_step``); no overlap (the
@@ -359,7 +360,7 @@ def predict(s: Scenario) -> dict[str, Any]:
     elif s.cuts:
         comm, latency = _cuts_step(s, tx, rx)
         worker_time, on_links = fixed + comm, comm
-        rate = 1.0 / (worker_time + s.pauses)
+        rate = 1.0 / (worker_time + s.pauses) if worker_time + s.pauses > 0 else float("inf")
     else:  # one engine: nothing crosses a link
         worker_time, on_links, latency = fixed, 0.0, 0.0
         rate = 1.0 / (fixed + s.pauses) if fixed + s.pauses > 0 else float("inf")

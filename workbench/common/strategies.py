@@ -53,6 +53,12 @@ class StrategySpec:
             raise ValueError(f"StrategySpec {self.name!r}: roles {self.roles!r} must be among {ROLE_ORDER}")
 
     @property
+    def lockstep(self) -> bool:
+        """Its tasks wait on each other every step (synchronous workers; a split model's
+        stages): one lost or frozen task stops the run, which the kernel watches for."""
+        return self.synchronous or self.splits_model
+
+    @property
     def has_ps(self) -> bool:
         """Keeps variables on parameter-server tasks (needs ``ps >= 1``); its runs outlive a
         lost worker, which the workbench replaces."""

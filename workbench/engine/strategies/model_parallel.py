@@ -5,8 +5,8 @@ k's variables and ops on worker engine k. The workers only run a ``tf.distribute
 the chief connects to the cluster (``tf.config.experimental_connect_to_cluster``) and runs
 the loop: each call of its training function runs on the workers, stage 0 reading the
 batches from its own input pipeline, the activations crossing each cut forward and their
-gradients back over gRPC, straight from worker to worker. The optimizer's state and the
-global step live on stage 0; the chief holds no variable.
+gradients back over gRPC, straight from worker to worker. The global step and the
+optimizer's own counters live on stage 0; the chief holds no variable.
 
 The backward pass runs stage by stage, each on its stage's worker: TF builds a
 ``GradientTape``'s gradient ops under the device scope the gradient is asked in, so one
@@ -39,7 +39,7 @@ def train(job: "Job", ctx: "TaskContext") -> "Union[TaskResult, ServerResult]":
         return server.serve(ctx)
     _connect(ctx.task)
     first = "/job:worker/replica:0/task:0"
-    with tf.device(first):  # the optimizer's state and the global step beside stage 0
+    with tf.device(first):  # the global step and the optimizer's counters beside stage 0
         t = loop.prepare(tf.distribute.get_strategy(), job, ctx)
         # stage 0's own input pipeline, built and iterated on its worker (traced, as a
         # parameter-server worker's is)

@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # Links as measured on these machines (2 cores; bench/predict.py, bench/links.py):
-# - a shaped link carries this share of its rate as payload (TCP/IP and Ethernet headers);
+# - a shaped link carries this share of its rate as payload (TCP/IP and Ethernet headers:
+#   1448 of 1514 bytes a frame, 0.956; bench/links.py read 0.957 at 20 Mbit, 0.920 at
+#   100 Mbit and 0.846 at 1 Gbit, where the 2 cores, not the link, cut it);
 # - TF's collectives pay about 2 ms per message between engines on a bed's hosts, and 1.5 ms
 #   between engines of one machine over its loopback, while the engines' processes share
 #   the 2 cores (a 10 KB model's all-reduce across 2, 3, 4 hosts: 4.4, 6.9, 12.6 ms for 2, 4,
@@ -102,14 +104,15 @@ def _ratio_html(ratio: float | None) -> str:
 
 # -- what a run is, as the model needs it ---------------------------------------------------
 
-def trainable_bytes(placement: pd.DataFrame) -> tuple[float, int]:
+def trainable_bytes(placement: pd.DataFrame, split: bool = False) -> tuple[float, int]:
     """(bytes, tensors) of one replica's trainable variables, from ``run.placement``: each
-    variable counted once (under MWMS every worker reports its own copy), shards summed.
+    variable counted once (under MWMS every worker reports its own copy), shards summed;
+    ``split``: the model's stages are on the workers, each variable once, all counted.
     Runs recorded before placement said which variables train count every model variable."""
     v = placement[placement.variable.notna() & (placement.kind == "model")]
     if "trainable" in v and v.trainable.notna().any():
         v = v[v.trainable.fillna(False).astype(bool)]
-    if len(v) and (v.role == "worker").all():  # mirrored on every worker: one copy
+    if len(v) and (v.role == "worker").all() and not split:  # mirrored on every worker: one copy
         v = v[v.task == v.task.min()]
     return float(v["bytes"].sum()), int(v.variable.nunique())
 
@@ -161,7 +164,7 @@ def scenario(run: Any) -> costmodel.Scenario:
         raise invalid("run", run.id, "a run that measured its steps' anatomy (anatomy=True, at least one step "
                       "past its first two calls)", f"Run {run.id} has {'no steps' if not run.step else 'no anatomy'}.")
     placement = run.placement
-    model_bytes, tensors = trainable_bytes(placement)
+    model_bytes, tensors = trainable_bytes(placement, split=spec.splits_model)
     hosts = _hosts(run)
     rates = _link_rates(run)
     links = {h: link_of(r) for h, r in rates.items()} if rates else {}

@@ -97,7 +97,7 @@ class Watcher:
         spec = strategies.spec(run.job.strategy)
         self.chief = next((t.name for t in run.tasks if (t.role == spec.chief_role if spec.chief_role
                                                           else t.index == 0)), None)
-        self.sync = spec.synchronous  # lockstep workers: a lost one can hang the others
+        self.sync = spec.lockstep  # tasks in lockstep: a lost or frozen one can hang the others
         # asynchronous runs outlive a lost worker: the workbench brings a replacement up
         self.engines = EngineWatch(run, replace_workers=spec.has_ps)
         self._cell = current_cell()  # the cell that started the run: where this thread's output goes

@@ -116,7 +116,7 @@ def link_parameters(bed: Any, host: str, peer: str | None = None, repeats: int =
 
     Returns {"alpha_s": median one-way seconds of a 1-byte message, "bytes_per_s": payload
     bytes/s (the slope between two sizes large enough that alpha is a few per cent of
-    their times), "rate_bits": the set rate of ``host``'s link (None: unshaped or
+    their times), "rate_bits": the path's set rate, the slower end's (None: unshaped or
     loopback), "efficiency": bytes_per_s x 8 over that rate (TCP/IP and Ethernet headers
     take ~4.4% at a 1500-byte MTU), "path": (host, peer)}."""
     if peer is None:
@@ -124,7 +124,9 @@ def link_parameters(bed: Any, host: str, peer: str | None = None, repeats: int =
         if not others:
             raise invalid("peer", peer, "another host of the bed (this bed has only one)")
         peer = min(others, key=lambda h: bed.links.get(h) is not None)
-    bits = None if peer == host else bed.links.get(host)
+    # the path's rate: the slower of its two ends (a shaped peer shapes it too)
+    rates = [] if peer == host else [r for r in (bed.links.get(host), bed.links.get(peer)) if r is not None]
+    bits = min(rates) if rates else None
     # sizes of ~20 and ~100 ms at the set rate (unshaped / loopback: 3 and 30 MB)
     small, large = (3_000_000, 30_000_000) if bits is None else (max(bits // 400, 10_000), max(bits // 80, 50_000))
     times = measure(bed, host, peer, (1, small, large), repeats)

@@ -43,7 +43,7 @@ class Dashboard:
         self.interval = interval
         self.smoothing = smoothing
         self.baseline = baseline  # examples/s of one worker alone (a number or a finished Run)
-        self.workers = [t.name for t in run.tasks if t.role in ("worker", "local")]
+        self.workers = _row_writers(run)
         self.updates = 0
         self._display_id = None
         self._finished = False  # a cell that waited for the run shows its final rendering (``finish``)
@@ -417,3 +417,13 @@ class Dashboard:
         self.stop_button.disabled = True
         self.status.value = "<span class='wb-state'>stopping…</span>"
         RunDir(self.run.run_dir).request_stop()
+
+
+def _row_writers(run: Any) -> list[str]:
+    """The tasks whose rows the per-worker charts draw: the workers (or the local task);
+    the chief where the workers hold a split model's stages and it runs the steps."""
+    from workbench.common import strategies
+
+    if strategies.spec(run.job.strategy).splits_model:
+        return [t.name for t in run.tasks if t.role == "chief"]
+    return [t.name for t in run.tasks if t.role in ("worker", "local")]

@@ -305,19 +305,23 @@ PART_COLORS = {"input": "#9467bd", "compute": "#2ca02c", "communication": "#1f77
                "other": "#c7c7c7"}
 
 
-def bytes_sent_text(table: pd.DataFrame | None, compression: str | None = None) -> str:
-    """One line on what the all-reduce moves: bytes each worker hands it per step (as
-    ``run.history``'s ``comm_bytes`` counts them), in which precision, and the rate at the
-    workers' mean step time; "" when the run sends nothing (single, parameter server)."""
+def bytes_sent_text(table: pd.DataFrame | None, compression: str | None = None, cuts: bool = False) -> str:
+    """One line on what the all-reduce moves (``cuts``: a split model's cuts): bytes per step
+    (``run.history``'s ``comm_bytes``), in which precision, and the rate at the workers' mean
+    step time; "" when the run sends nothing (single, parameter server)."""
     if table is None or not len(table) or not table.bytes_per_step.fillna(0).any():
         return ""
     sent = float(table.bytes_per_step.mean())
     rate = float((table.bytes_per_step / table.step_time).mean())
+    if cuts:
+        return (f"<div class='wb-bytes'>Across the cuts: <b>{sent:,.0f} B/step</b> (activations forward, "
+                f"their gradients back), {rate / 1e6:,.2f} MB/s</div>")
     return (f"<div class='wb-bytes'>All-reduce: <b>{sent:,.0f} B/step</b> per worker "
             f"({html.escape(compression or 'float32')}), {rate / 1e6:,.2f} MB/s per worker</div>")
 
 
-def anatomy_html(table: pd.DataFrame | None, width: int = 420, compression: str | None = None) -> str:
+def anatomy_html(table: pd.DataFrame | None, width: int = 420, compression: str | None = None,
+                 cuts: bool = False) -> str:
     """One stacked bar per worker (``Run.anatomy()``'s shares), its step time and bytes sent
     per step, the straggler named when there is one, and the all-reduce's bytes per step
     (``compression``: the run's, named beside them)."""
@@ -342,7 +346,7 @@ def anatomy_html(table: pd.DataFrame | None, width: int = 420, compression: str 
         note = (f"<div class='wb-straggler'>Straggler: <b>{html.escape(str(w.worker))}</b> is busy "
                 f"{w.busy / others - 1:.0%} longer per step than the others</div>")
     return (f'<div class="wb-anatomy" style="font:12px sans-serif"><b>Inside a step</b> '
-            f'(share of wall time) {legend}{"".join(rows)}{note}{bytes_sent_text(table, compression)}</div>')
+            f'(share of wall time) {legend}{"".join(rows)}{note}{bytes_sent_text(table, compression, cuts)}</div>')
 
 
 def inside_step_html(run: Any) -> str:
@@ -351,11 +355,13 @@ def inside_step_html(run: Any) -> str:
     line alone."""
     from workbench.common import anatomy
 
-    compression = getattr(run.job, "compression", None)
+    from workbench.common import strategies
+
+    compression, cuts = getattr(run.job, "compression", None), strategies.spec(run.job.strategy).splits_model
     history = run.history
     if anatomy.has_anatomy(history):  # nothing until steps past the skipped first calls (tracing)
-        return anatomy_html(run.anatomy(), compression=compression)
-    line = bytes_sent_text(anatomy.sent(history), compression)
+        return anatomy_html(run.anatomy(), compression=compression, cuts=cuts)
+    line = bytes_sent_text(anatomy.sent(history), compression, cuts)
     return f'<div class="wb-anatomy" style="font:12px sans-serif">{line}</div>' if line else ""
 
 
