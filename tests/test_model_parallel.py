@@ -75,7 +75,8 @@ def test_three_stages_on_three_engines_and_a_resume_from_the_chiefs_checkpoint(c
     saves holds every stage's variables, and a resume continues from it."""
     model = wb.models.split_mlp((64, 32), devices=3)
     args = dict(ARGS, steps=20, checkpoint_every=20)
-    first = cluster4.train(model, strategy="model_parallel", workers=3, **args).wait(timeout=300)
+    first = cluster4.train(model, strategy="model_parallel", **args).wait(timeout=300)  # workers: one per stage
+    assert first.job.workers == 3
     assert first.checkpoint == 20
     resumed = first.resume(steps=40).wait(timeout=300)
     whole = cluster4.train(wb.models.mlp((64, 32)), strategy="single", workers=1,

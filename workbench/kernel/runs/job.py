@@ -31,6 +31,8 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
               variable_partitioner, devices, average_every, metrics, eval_data, compression, anatomy, logs):
     strategy = validate.choice("strategy", strategy, strategies.names())
     spec = strategies.spec(strategy)
+    if workers is None and spec.splits_model and isinstance(getattr(model, "devices", None), int):
+        workers = model.devices  # a worker per stage of the split model
     workers, ps = spec.with_defaults(workers, ps)
     validate.topology(spec, workers, ps, available=available)
     model = keras_args.model(model)
@@ -128,7 +130,7 @@ def _stages_fit(model, spec, workers, devices):
     elif split and not spec.logical_devices:
         raise invalid("model", model, f"a model that is not split with strategy={spec.name!r} (train "
                       f"split_mlp with {_listed('splits_model')}, or on logical devices with {_listed('logical_devices')})")
-    elif split and devices < model.devices:
+    elif split and model.devices > 1 and devices < model.devices:
         raise invalid("devices", devices, f"at least {model.devices}: a logical device per stage of "
                       f"split_mlp(devices={model.devices})")
 
