@@ -21,7 +21,9 @@ Distributed Deep Networks*, 2012):
 
 This notebook runs both on one engine whose CPU is split into two *logical* devices,
 standing in for two GPUs (there are none here), checks that neither changes the
-mathematics, and computes what each sends between devices per step.
+mathematics, and computes what each sends between devices per step; then it splits the
+model across emulated hosts, where the cut's bytes cross a 20 Mbit/s network, and measures
+them on the links.
 """),
         code("""
 import numpy as np
@@ -111,7 +113,7 @@ device, with narrow places to cut, favours model parallelism. The cut matters as
 the choice: cutting at the 64-wide layer doubles the traffic of cutting at the 32-wide one.
 *A bad split floods the network.* On one machine there is no network to flood: the two
 logical devices share the same two cores and memory, and handing activations from one to
-the other is a memory copy. So the speeds below do not show that lesson (walkthrough 09
+the other is a memory copy. So the speeds below do not show that lesson (the last section
 does, across emulated hosts): here splitting costs little. In three executions on this
 2-core machine the split model ran at x0.84, x1.03 and x1.32 of the whole model's speed
 (and under x0.6 once, in a test run sharing the machine with other work): the spread comes
@@ -130,7 +132,117 @@ pd.Series(speed, name="examples/s (median of steps)").round(0)
 ratio = speed["model parallel (2 stages)"] / speed["one device"]
 print(f"model parallel / one device's speed: x{ratio:.2f}")
 """, volatile=True),
+        md("""
+## Across hosts: a bad split floods the network
+
+On hosts of their own the cut's traffic crosses a network. `strategy="model_parallel"`
+puts stage i of a `split_mlp` on worker engine i (its variables and ops on
+`/job:worker/task:i`); the workers only serve TensorFlow's gRPC runtime, and a chief engine
+connects to them and runs each step, the activations crossing straight from one worker to
+the next and their gradients back. Three emulated hosts (walkthrough 08; they need root):
+the chief on one, each stage on another, every link at 20 Mbit/s.
+
+One MLP, 64-256-16-10, cut in two places: after its 16-wide layer (**narrow**) and after
+its 256-wide one (**wide**). The same layers, the same arithmetic, 16 times the bytes
+across the cut: `2 x batch x width x 4` a step, as the table above computes. Beside each
+run, `run.explain()`'s model (`workbench/common/costmodel.py`): the stages compute one
+after the other, and each cut's activations, then their gradients, cross one link each way.
+"""),
         code("""
+import warnings
+
+try:
+    bed = wb.testbed(hosts=3, link="20mbit")
+except wb.TestbedError as e:
+    bed = None
+    print("No emulated hosts here:", e)
+else:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # TF's servers on the bed's network: expected
+        hosts = wb.Cluster(**bed.ssh_cluster(1), timeout=180).start()
+    print("hosts:", list(bed.hosts), "| links:", bed.links)
+""", volatile=True),
+        code("""
+CUT = dict(narrow=(0, 0, 1), wide=(0, 1, 1))  # the stage of each layer: 256-wide, 16-wide, output
+BATCH = 64
+
+
+def across(stages, steps):
+    \"\"\"A split run on the bed, and what its links and the model say about it.\"\"\"
+    model = wb.models.split_mlp((256, 16), devices=2, stages=stages)
+    run = hosts.train(model, digits, strategy="model_parallel", workers=2, global_batch_size=BATCH, steps=steps,
+                      learning_rate=0.1, seed=0, checkpoint_every=0, dashboard=False).wait()
+    table = run.explain().table.set_index("figure")
+    stage_hosts = [t.host for t in run.tasks if t.role == "worker"]
+    sent = [table.loc[f"{h} link bytes sent per step", "measured"] for h in stage_hosts]
+    use = [table.loc[f"{h} link use", "measured"] for h in stage_hosts]
+    width = model.cut_widths()[0]
+    explained = run.explain()
+    return dict(run=run, width=width, one_way=BATCH * width * 4, sent=float(np.mean(sent)), link_use=max(use),
+                handed=int(run.history.comm_bytes.iloc[-1]), steps_per_s=table.loc["steps/s", "measured"],
+                predicted=table.loc["steps/s", "predicted"], bottleneck=explained.prediction["bottleneck"],
+                why=explained.sentence, stage_hosts=stage_hosts)
+
+
+if bed is not None:
+    cuts = {name: across(stages, 150) for name, stages in CUT.items()}  # the same steps: the same weights
+    for name, r in cuts.items():
+        print(f"{name:6s} cut {r['width']:3d} wide: activations one way {r['one_way']:6,} B | each stage's host sent "
+              f"{r['sent']:8,.0f} B a step | handed across (comm_bytes, both ways) {r['handed']:7,} B | "
+              f"steps/s {r['steps_per_s']:6.1f} (predicted {r['predicted']:6.1f}) | link use {r['link_use']:.2f}")
+        print("       run.explain():", r["why"])
+""", volatile=True),
+        code("""
+if bed is not None:
+    narrow, wide = cuts["narrow"], cuts["wide"]
+    same = relative_difference(narrow["run"].weights(), wide["run"].weights())
+    print(f"both cuts train the same weights (relative difference < 1e-6): {same < 1e-6} (measured {same:.1e})")
+    over = wide["sent"] / wide["one_way"]
+    print(f"a wide stage's host sends its cut's batch x width x 4 bytes a step, 1.0-1.25x of it with the "
+          f"headers and the step's requests: {1.0 <= over <= 1.25} (measured x{over:.2f})")
+    slope = (wide["sent"] - narrow["sent"]) / (wide["one_way"] - narrow["one_way"])
+    print(f"what the cut adds grows as batch x width x 4: wide minus narrow, per byte of the formula's "
+          f"difference, 0.95-1.2: {0.95 <= slope <= 1.2} (measured x{slope:.2f})")
+    slower = narrow["steps_per_s"] / wide["steps_per_s"]
+    print(f"the wide cut floods the 20 Mbit links: >= 4x fewer steps/s than the narrow one: {slower >= 4} "
+          f"(measured x{slower:.1f})")
+    ratio = wide["steps_per_s"] / wide["predicted"]
+    print(f"the wide cut's steps/s, measured / predicted (run.explain()), 0.8-1.25: {0.8 <= ratio <= 1.25} "
+          f"(measured {ratio:.2f})")
+    print(f"its links are busy each way at most 0.65 of the time (forward, then backward): "
+          f"{wide['link_use'] <= 0.65} (measured {wide['link_use']:.2f})")
+    named = wide["bottleneck"].removeprefix("network: ")
+    print(f"run.explain() names a stage's link the wide cut's bottleneck: {named in wide['stage_hosts']} "
+          f"(named {wide['bottleneck']!r})")
+"""),
+        md("""
+- **The wide cut is what floods.** Each of its steps moves 64 x 256 x 4 = 65,536 bytes of
+  activations one way and as many gradient bytes back, against 4,096 for the narrow cut:
+  the links, not the 2 cores, then set the pace, and `run.explain()` names them the
+  bottleneck. The model's prediction for it is the stages' measured compute plus each
+  transfer's bytes over the link's payload rate plus a latency each.
+- **Each step also pays a toll.** Every step's tensors are fetched by a request
+  (TensorFlow's `RecvTensor` over gRPC), a fixed cost a step, and every frame carries
+  headers, about 4.6% of its payload (1,448 bytes in a 1,514-byte frame) with the other
+  way's acknowledgements besides: a host's link counts more than the tensors, a larger
+  share of the narrow cut's few bytes than of the wide cut's (both printed above). The
+  fixed part cancels in the difference between the two cuts, which follows the formula
+  but for the headers.
+- **Half of each link stays idle.** The forward pass waits for the activations and the
+  backward pass for their gradients: each link carries one way while the other way is
+  idle, and then the reverse. Pipelining micro-batches (GPipe) keeps both ways busy; the
+  workbench's steps are not pipelined.
+- **Where the model is not checked:** the narrow cut moves 4 KB a transfer, of which the
+  emulated link lets one frame plus 500 us of traffic through at line speed
+  (`workbench/kernel/testbed/links.py`), and its time is mostly the per-message latency the
+  model takes from TensorFlow's collectives (2 ms a message; a 1-byte TCP message between
+  the bed's hosts takes about 0.2 ms, `bench/README.md`, and a `RecvTensor` request costs
+  more, not measured apart): its measured / predicted is printed above, not claimed.
+"""),
+        code("""
+if bed is not None:
+    hosts.stop()
+    bed.close()
 cluster.stop()
 """),
     ]
