@@ -211,9 +211,10 @@ if bed is not None:
           f"(measured {ratio:.2f})")
     print(f"its links are busy each way at most 0.65 of the time (forward, then backward): "
           f"{wide['link_use'] <= 0.65} (measured {wide['link_use']:.2f})")
-    named = wide["bottleneck"].removeprefix("network: ")
-    print(f"run.explain() names a stage's link the wide cut's bottleneck: {named in wide['stage_hosts']} "
-          f"(named {wide['bottleneck']!r})")
+    kind, _, host = wide["bottleneck"].partition(": ")
+    stage = next((t.name for t in wide["run"].tasks if t.host == host), host)  # hosts are named at random
+    print(f"run.explain() names a stage's link the wide cut's bottleneck: {kind == 'network' and host in wide['stage_hosts']} "
+          f"({kind}: the link of {stage if host not in wide['stage_hosts'] else 'a stage'})")
 """),
         md("""
 - **The wide cut is what floods.** Each of its steps moves 64 x 256 x 4 = 65,536 bytes of

@@ -315,11 +315,9 @@ class Run(BaseRun):
         steps = validate.positive_int("steps", steps)
         if self.done:
             raise RunStateError(f"Run {self.id} has ended: profile() traces a live run")
-        if strategies.spec(self.job.strategy).splits_model:
-            raise RunStateError(f"Run {self.id} splits its model across its workers (strategy="
-                                f"{self.job.strategy!r}): profile() traces the tasks whose steps it counts, and "
-                                "this run's steps are the chief's while its ops run on the workers' servers; "
-                                "read its anatomy (run.anatomy()) instead")
+        if strategies.spec(self.job.strategy).splits_model:  # steps counted on the chief, run on the workers
+            raise RunStateError(f"Run {self.id} splits its model across its workers: profile() cannot trace its "
+                                "steps where they are counted; read its anatomy (run.anatomy()) instead")
         # a number no request of this run has used: a re-attached run's too, and an earlier
         # attempt's, whose events a resume from step 0 dropped but whose traces are on disk
         traced = [int(p.name) for p in RunDir(self.run_dir).profiles_dir.glob("*") if p.name.isdigit()]

@@ -281,8 +281,13 @@ class Watcher:
         tasks: their task returned when their server was up, their capture went on while
         the run trained), on engines still there, and merge their last lines."""
         run = self.run
-        ending = [(t.name, run.cluster.client[t.engine_id].apply_async(tasklogs.end)) for t in run.tasks
-                  if "server" in self.outcome.get(t.name, {}) and run.cluster.pool.alive(t.engine_id)]
+        ending = []
+        for t in run.tasks:
+            if "server" in self.outcome.get(t.name, {}) and run.cluster.pool.alive(t.engine_id):
+                try:
+                    ending.append((t.name, run.cluster.client[t.engine_id].apply_async(tasklogs.end)))
+                except IndexError:  # its process alive but stopped: the controller dropped it (no heartbeat)
+                    continue
         deadline = time.monotonic() + 10
         for name, ar in ending:
             try:
