@@ -146,7 +146,8 @@ One MLP, 64-256-16-10, cut in two places: after its 16-wide layer (**narrow**) a
 its 256-wide one (**wide**). The same layers, the same arithmetic, 16 times the bytes
 across the cut: `2 x batch x width x 4` a step, as the table above computes. Beside each
 run, `run.explain()`'s model (`workbench/common/costmodel.py`): the stages compute one
-after the other, and each cut's activations, then their gradients, cross one link each way.
+after the other, and each cut's activations, then their gradients, cross from one stage's
+host to the next (out of one host's link, into the other's), forward, then back.
 """),
         code("""
 import warnings
@@ -235,10 +236,14 @@ if bed is not None:
   workbench's steps are not pipelined.
 - **Where the model is not checked:** the narrow cut moves 4 KB a transfer, of which the
   emulated link lets one frame plus 500 us of traffic through at line speed
-  (`workbench/kernel/testbed/links.py`), and its time is mostly the per-message latency the
-  model takes from TensorFlow's collectives (2 ms a message; a 1-byte TCP message between
-  the bed's hosts takes about 0.2 ms, `bench/README.md`, and a `RecvTensor` request costs
-  more, not measured apart): its measured / predicted is printed above, not claimed.
+  (`workbench/kernel/testbed/links.py`), and the model's time for it is mostly the latency
+  it assumes per message, TensorFlow's collectives' 2 ms: too much for a `RecvTensor` on
+  the bed (a 1-byte TCP message between its hosts takes about 0.2 ms, `bench/README.md`;
+  the request's own cost is not measured apart). Its measured / predicted is printed
+  above, not claimed.
+- **The narrow cut's links are busy too:** it sends a fraction of the wide cut's bytes a
+  step but makes many times its steps, and requests and headers are a large share of what
+  it sends; its link use is printed above.
 """),
         code("""
 if bed is not None:

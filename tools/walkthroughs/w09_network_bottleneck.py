@@ -388,8 +388,9 @@ textbook expects a slow worker's gradients to be many updates old; measured here
 not (the means above). The reason is TF's runtime, not the measurement: it mostly runs the
 PS side of one scheduled call at a time, so another worker's update seldom lands inside a
 step. A plain-TF probe without the workbench (1 PS, each worker reading a PS counter, doing
-20 matmuls and updating it) saw 0 of 400 calls overlap. Here the runs are unrolled (5 steps
-traced at a time); walkthrough 02's looped runs show up to a few percent of steps stale.
+20 matmuls and updating it) saw 0 of 400 calls overlap. Here, as in walkthrough 02, the
+runs are looped (calls of 10 steps; runs of 1,000 steps or more are unrolled); 02's longer
+runs show up to a few percent of steps stale.
 
 ## A parameter server's link fills up as workers grow; 2 PS split it
 
@@ -402,19 +403,22 @@ once. The cost model puts this into numbers (claim 3 of the teaching references 
 round as max(S/B, n S/(k B)) on k PS links of B bytes/s, a worker's pull and push at once;
 measured here, one worker's pull and push go one after the other, 2 S/B):
 
-- each worker alone: r1 = 1 / (2 S / B_worker + compute) steps/s;
-- n workers: min(n x r1, k x B_ps / S), the PS links' rate as soon as n x r1 reaches it.
+- each worker alone: r1 = 1 / (2 S / B_worker + 2 alpha + C) steps/s, alpha the latency of
+  a message (2 ms here), C the compute the run measured (it grows as workers share the
+  2 cores);
+- n workers: min(n / (2 S / B_worker + 2 alpha + C_n), k x B_ps / S), the PS links' rate as
+  soon as the workers reach it.
 
 Give every host 5 Mbit, the PS host too: one worker uses each way of the PS link about
 half the time; two could fill it if one always pulled while the other pushed, and a third
-adds load but few steps. (Measured, the steps flatten from 2 workers before the PS link
-reads full, its use printed below: the workers' transfers do not interleave perfectly.
-Why exactly, this notebook does not measure.) Then spread the variables over 2 PS tasks on 2 hosts (each 5 Mbit): first
+adds load but few steps. (The model predicts 2 workers' gain from their compute on shared
+cores and the links, and the PS link not yet full; the third worker gains less than it
+predicts, and why, this notebook does not measure.) Then spread the variables over 2 PS tasks on 2 hosts (each 5 Mbit): first
 *without* a partitioner (PS tasks take whole variables round-robin, every kernel on `ps:0`,
 every bias on `ps:1`: one PS link carries nearly all the bytes), then with each variable
 split in two (`variable_partitioner=2`; the model is a `tf.Module` MLP, since Keras 3
 models cannot be sharded, see walkthrough 02): each PS link carries half, and 3 workers
-run at up to 3 x r1.
+run faster than through one PS, though short of 3 x r1: the 2 cores slow each worker.
 
 The bed's links carry a message at their rate (`links.shape`: tbf's bucket is one frame
 plus 500 us of traffic). With the bed's earlier bucket, 128 KiB, each 150 KB message left
