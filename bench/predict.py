@@ -5,7 +5,9 @@
 
 Ring all-reduce (multi_worker_mirrored) with 2, 3 and 4 workers x links of 50, 100 and 200
 Mbit/s x MLPs of ~0.3, 1 and 4 MB of gradients x 32, 16 and 8-bit messages; parameter
-servers with 1, 2 and 3 workers x 1 and 2 PS tasks. One engine per emulated host. Each
+servers with 1, 2 and 3 workers x 1 and 2 PS tasks; a model split across 2 workers
+(``model_parallel``: an MLP 256-256-16-10 cut after its 16- or its 256-wide layer) x the
+three rates. One engine per emulated host. Each
 cell is one run explained by ``run.explain()``: the model takes the run's own compute and
 overheads as measured and predicts its communication, so steps/s measured / predicted
 tests the model of the network; bytes per link are the links' counters against the
@@ -24,6 +26,7 @@ import warnings
 
 from shared import OUT, machine, testbed_or_skip
 import workbench as wb
+from workbench.common import rates
 
 FEATURES = 256
 MODELS = {"0.3 MB": 0.3e6, "1 MB": 1e6, "4 MB": 4e6}
@@ -39,14 +42,18 @@ def model_for(model_bytes):
     return wb.models.mlp((h,))
 
 
-def cell(cluster, bed, data, strategy, workers, ps, rate, model_bytes, compression, guess):
+CUTS = {"narrow": (0, 0, 1), "wide": (0, 1, 1)}  # split_mlp((256, 16)): the stage of each layer
+SPLIT_BATCH = 64
+
+
+def cell(cluster, bed, data, strategy, workers, ps, rate, model_bytes, compression, guess, model=None):
     """One run of the grid, explained: a dict of its predicted and measured figures."""
     for host in bed.hosts:
         bed.set_link(host, rate)
     spe = 2  # calls of 2 steps: the first two (tracing) skipped, then many to time
     steps = int(min(300, max(24, 4 + STEADY_S * guess)))
-    batch = PER_WORKER * workers if strategy == "multi_worker_mirrored" else PER_WORKER
-    run = cluster.train(model_for(model_bytes), data, strategy=strategy, workers=workers, ps=ps,
+    batch = {"multi_worker_mirrored": PER_WORKER * workers, "model_parallel": SPLIT_BATCH}.get(strategy, PER_WORKER)
+    run = cluster.train(model or model_for(model_bytes), data, strategy=strategy, workers=workers, ps=ps,
                         global_batch_size=batch, steps=steps, steps_per_execution=spe, checkpoint_every=0,
                         compression=compression, learning_rate=0.01, seed=0, dashboard=False).wait(timeout=1800)
     e = run.explain()
@@ -65,10 +72,11 @@ def cell(cluster, bed, data, strategy, workers, ps, rate, model_bytes, compressi
 def grid(quick):
     ring = list(itertools.product([2, 3, 4], RATES, MODELS, BITS))
     ps = list(itertools.product([1, 2, 3], [1, 2]))
+    split = list(itertools.product(RATES, CUTS))
     if quick:
         ring = [(2, "100mbit", "0.3 MB", "fp32"), (3, "100mbit", "0.3 MB", "int8")]
-        ps = [(2, 1)]
-    return ring, ps
+        ps, split = [(2, 1)], [("50mbit", "wide")]
+    return ring, ps, split
 
 
 def main(argv=None):
@@ -79,7 +87,7 @@ def main(argv=None):
     bed = testbed_or_skip('predict', hosts=6)
     if bed is None:
         return
-    ring, ps_cells = grid(args.quick)
+    ring, ps_cells, split_cells = grid(args.quick)
     data = wb.datasets.synthetic(examples=4096, features=FEATURES)
     cells = []
     with bed, warnings.catch_warnings():
@@ -93,6 +101,13 @@ def main(argv=None):
             for n, k in ps_cells:
                 cells.append(cell(cluster, bed, data, "parameter_server", n, k, "100mbit", MODELS["1 MB"], None,
                                   _guess(2, "100mbit", 2 * MODELS["1 MB"], "fp32") * n))
+                print(_line(cells[-1]), flush=True)
+            for rate, cut in split_cells:
+                model = wb.models.split_mlp((256, 16), devices=2, stages=CUTS[cut])
+                width = model.cut_widths()[0]
+                guess = 1 / (2 * SPLIT_BATCH * width * 4 * 8 / rates.parse_rate(rate) + 0.01)
+                cells.append(cell(cluster, bed, data, "model_parallel", 2, 0, rate, 2.0 * SPLIT_BATCH * width * 4,
+                                  None, guess, model=model))
                 print(_line(cells[-1]), flush=True)
     meta = {"quick": args.quick, "seconds": round(time.time() - t0, 1), "machine": machine()}
     summary = summarize(cells)
@@ -149,10 +164,15 @@ def markdown(cells, s, meta):
              "| strategy | workers | PS | link | model | bits | predicted steps/s | measured | ratio | bytes ratio | bottleneck |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in cells:
-        lines.append(f"| {c['strategy']} | {c['workers']} | {c['ps']} | {c['rate']} | {c['model_bytes'] / 1e6:g} MB "
+        model = (f"cut {c['model_bytes'] / 1e3:g} KB/step" if c["strategy"] == "model_parallel"
+                 else f"{c['model_bytes'] / 1e6:g} MB")
+        lines.append(f"| {c['strategy']} | {c['workers']} | {c['ps']} | {c['rate']} | {model} "
                      f"| {c['compression']} | {c['predicted']:.3g} | {c['measured']:.3g} | {c['ratio']:.2f} "
                      f"| {_span(c['bytes_ratios'])} | {c['bottleneck']} |")
     return "\n".join(lines) + "\n"
+
+
+NAMES = {"multi_worker_mirrored": "ring", "parameter_server": "parameter server", "model_parallel": "split model"}
 
 
 def plot(cells):
@@ -163,11 +183,12 @@ def plot(cells):
 
     fig, ax = plt.subplots(figsize=(5.5, 5))
     for (strategy, bound), marker in ((("multi_worker_mirrored", True), "o"), (("multi_worker_mirrored", False), "x"),
-                                      (("parameter_server", True), "s"), (("parameter_server", False), "+")):
+                                      (("parameter_server", True), "s"), (("parameter_server", False), "+"),
+                                      (("model_parallel", True), "^"), (("model_parallel", False), "1")):
         pts = [c for c in cells if c["strategy"] == strategy and c["bottleneck"].startswith("network") == bound]
         if pts:
             ax.scatter([c["predicted"] for c in pts], [c["measured"] for c in pts], marker=marker, s=22,
-                       label=f"{'ring' if strategy == 'multi_worker_mirrored' else 'parameter server'}, "
+                       label=f"{NAMES[strategy]}, "
                              f"{'network' if bound else 'not network'}-bound")
     values = [v for c in cells for v in (c["predicted"], c["measured"]) if v > 0]
     lo, hi = min(values) / 1.3, max(values) * 1.3
