@@ -2,6 +2,7 @@
 
     python bench/predict.py            # full: ~25 minutes on 2 cores (needs root: wb.testbed)
     python bench/predict.py --quick    # smoke: 3 cells
+    python bench/predict.py --parts ring --workers 4 --bits int8 --out predict-int8   # a part of it
 
 Ring all-reduce (multi_worker_mirrored) with 2, 3 and 4 workers x links of 50, 100 and 200
 Mbit/s x MLPs of ~0.3, 1 and 4 MB of gradients x 32, 16 and 8-bit messages; parameter
@@ -69,25 +70,36 @@ def cell(cluster, bed, data, strategy, workers, ps, rate, model_bytes, compressi
     }
 
 
-def grid(quick):
+def grid(quick, parts=("ring", "ps", "split"), workers=(2, 3, 4), rates=tuple(RATES), bits=tuple(BITS)):
+    """The cells to run: (ring cells, PS cells, split cells), the full grid cut to ``parts``,
+    ``workers``, ``rates`` and ``bits`` (the ring's; PS and split cells run fp32, the PS
+    cells at 100 Mbit)."""
     ring = list(itertools.product([2, 3, 4], RATES, MODELS, BITS))
     ps = list(itertools.product([1, 2, 3], [1, 2]))
     split = list(itertools.product(RATES, CUTS))
     if quick:
         ring = [(2, "100mbit", "0.3 MB", "fp32"), (3, "100mbit", "0.3 MB", "int8")]
         ps, split = [(2, 1)], [("50mbit", "wide")]
+    ring = [c for c in ring if "ring" in parts and c[0] in workers and c[1] in rates and c[3] in bits]
+    ps = [c for c in ps if "ps" in parts and c[0] in workers and "100mbit" in rates and "fp32" in bits]
+    split = [c for c in split if "split" in parts and 2 in workers and c[0] in rates and "fp32" in bits]
     return ring, ps, split
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--parts", nargs="+", choices=("ring", "ps", "split"), default=("ring", "ps", "split"))
+    p.add_argument("--workers", nargs="+", type=int, choices=(1, 2, 3, 4), default=(1, 2, 3, 4))
+    p.add_argument("--rates", nargs="+", choices=RATES, default=RATES)
+    p.add_argument("--bits", nargs="+", choices=list(BITS), default=list(BITS))
+    p.add_argument("--out", default="predict", help="the results' file names: OUT.json, OUT.md, OUT.png")
     args = p.parse_args(argv)
     t0 = time.time()
     bed = testbed_or_skip('predict', hosts=6)
     if bed is None:
         return
-    ring, ps_cells, split_cells = grid(args.quick)
+    ring, ps_cells, split_cells = grid(args.quick, args.parts, args.workers, args.rates, args.bits)
     data = wb.datasets.synthetic(examples=4096, features=FEATURES)
     cells = []
     with bed, warnings.catch_warnings():
@@ -112,10 +124,10 @@ def main(argv=None):
     meta = {"quick": args.quick, "seconds": round(time.time() - t0, 1), "machine": machine()}
     summary = summarize(cells)
     OUT.mkdir(exist_ok=True)
-    (OUT / "predict.json").write_text(json.dumps({"meta": meta, "summary": summary, "cells": cells}, indent=1))
+    (OUT / f"{args.out}.json").write_text(json.dumps({"meta": meta, "summary": summary, "cells": cells}, indent=1))
     table = markdown(cells, summary, meta)
-    (OUT / "predict.md").write_text(table)
-    plot(cells)
+    (OUT / f"{args.out}.md").write_text(table)
+    plot(cells, args.out)
     print(table)
 
 
@@ -175,7 +187,7 @@ def markdown(cells, s, meta):
 NAMES = {"multi_worker_mirrored": "ring", "parameter_server": "parameter server", "model_parallel": "split model"}
 
 
-def plot(cells):
+def plot(cells, name="predict"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -198,7 +210,7 @@ def plot(cells):
            ylabel="measured steps/s", title="Cost model against the test bed (lines: x1, x0.8, x1.25)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(OUT / "predict.png", dpi=110)
+    fig.savefig(OUT / f"{name}.png", dpi=110)
 
 
 if __name__ == "__main__":

@@ -465,7 +465,10 @@ if bed is not None:
           f"{all(0.75 <= x <= 1.25 for x in ratios)} (measured {[round(x, 2) for x in ratios]})")
     print(f"one worker leaves the PS link half idle (use 0.3-0.6): {0.3 <= one['measured']['ps_util'][0] <= 0.6} "
           f"(measured {one['measured']['ps_util'][0]:.2f}, predicted {one['predicted']['ps_util'][0]:.2f})")
-    print(f"two workers make 1.2-2x one worker's steps/s: {1.2 <= grow <= 2} (measured x{grow:.2f})")
+    gain = two["predicted"]["steps_per_s"] / one["predicted"]["steps_per_s"]
+    print(f"two workers make more steps/s than one, as many more as the model predicts (measured gain / "
+          f"predicted within 0.75-1.25): {grow > 1 and 0.75 <= grow / gain <= 1.25} "
+          f"(measured x{grow:.2f}, predicted x{gain:.2f})")
     print(f"the third adds little: 3 workers make 0.75-1.25x of 2 workers' steps/s: {0.75 <= more <= 1.25} "
           f"(measured x{more:.2f}, predicted x{three['predicted']['steps_per_s'] / two['predicted']['steps_per_s']:.2f})")
     use1, use3 = one["measured"]["ps_util"][0], three["measured"]["ps_util"][0]

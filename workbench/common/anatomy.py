@@ -16,7 +16,9 @@ What each share includes:
   variables (single, mirrored, multi-worker mirrored, parameter averaging). Under
   parameter-server training the forward pass's reads of variables held by PS tasks are
   inside it too (they are interleaved with the forward ops; TF does not expose them
-  apart).
+  apart). With ``compression``, the casts (16 bits) or the quantizing and dequantizing
+  (8 bits) around the collectives count here too: CPU work, timed apart from the transfer
+  (``engine/compression.py``); under parameter averaging they stay in its average.
 - **communication**: the gradients' all-reduce (multi-worker mirrored, mirrored), the
   average of the replicas (parameter averaging, on the step that averages), the push of
   the gradients to the PS tasks and the update there (parameter server: from the end of

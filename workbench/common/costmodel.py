@@ -189,6 +189,17 @@ class Scenario:
     label_bytes: float = 0.0
 
 
+# 8-bit messages cross in 4 all-gathers of n-1 messages each, one after the other (TF orders
+# a step's collectives): compression.py gathers the int8 values, then their scales, and TF's
+# all_gather first gathers every rank's shape, then the data padded to the longest
+# (tensorflow/python/distribute/cross_device_utils.py, CollectiveReplicaLauncher.all_gather).
+# Only the values' gather carries bytes that count; the other three are latency. Measured on
+# the bed (bench/predict.py, 0.3 MB of gradients): 3 workers at 200 Mbit stepped 14 ms
+# slower than one gather's latencies predict (2 ms each), 4 workers at 50 Mbit 18 ms: 6 and
+# 9 more latencies, the 3 (n-1) this adds.
+GATHERS_8BIT = 4
+
+
 def ring(strategy: str) -> bool:
     """Do the strategy's workers sum over a ring (several engines, in lockstep)?"""
     spec = strategies.spec(strategy)
@@ -287,16 +298,16 @@ def predict(s: Scenario) -> dict[str, Any]:
     link: {"tx", "rx"} bytes per global step), "link_util" ({host: share of its rate used
     while training}), "ps_load" ({PS task: bytes/s each way}), "bottleneck", "why"}.
 
-    Synchronous rings: step time = input + compute + the ring's messages + other; the
-    ring's time is its 2(n-1) (all-gather: n-1) message steps, each the latency plus the
-    busiest link's share. Parameter servers: each worker step pulls every variable and
-    pushes every gradient (S each way on its link, a share of both on each PS task's), the
-    pull, then the push: M/B each (claim 3 takes one M/B a round, pull and push at once,
-    which a link that carries a message at its rate did not show); the global rate is the lesser of n / (one
-    worker's step time) and each link's bytes/s over the bytes it must move per global step.
-    A split model (``cuts``): step time = input + every stage's compute + each cut's
-    transfers forward and back, one after the other (``_cuts_step``); no overlap (the
-    workbench runs no pipeline of micro-batches)."""
+    Synchronous rings: step time = input + compute + the ring's messages + other; the ring's
+    time is its 2(n-1) (all-gather: n-1) message steps, each the latency plus the busiest
+    link's share (8 bits: 3 (n-1) more latencies, ``GATHERS_8BIT``). Parameter servers: each
+    worker step pulls every variable and pushes every gradient (S each way on its link, a
+    share of both on each PS task's), the pull, then the push: M/B each (claim 3 takes one
+    M/B a round, pull and push at once, which a link that carries a message at its rate did
+    not show); the global rate is the lesser of n / (one worker's step time) and each link's
+    bytes/s over the bytes it must move per global step. A split model (``cuts``): step time
+    = input + every stage's compute + each cut's transfers forward and back, one after the
+    other (``_cuts_step``); no overlap (the workbench runs no pipeline of micro-batches)."""
     compute, cpu_wait = compute_time(s)
     n = s.workers
     fixed = s.input + compute + s.other
@@ -310,6 +321,8 @@ def predict(s: Scenario) -> dict[str, Any]:
         steps, chunk = (n - 1, S) if s.bits == 8 else (2 * (n - 1), S / n)
         one, out = _ring_step(s, chunk)
         comm = steps * one
+        if s.bits == 8:  # latency-only gathers beside the one that carries the bytes
+            comm += (GATHERS_8BIT - 1) * (n - 1) * max(_link(s, h).alpha for h in out)
         every = s.average_every if spec.averages else 1
         comm /= every
         for h, sent in out.items():
@@ -318,7 +331,8 @@ def predict(s: Scenario) -> dict[str, Any]:
         worker_time = fixed + comm
         rate = 1.0 / (worker_time + s.pauses)
         on_links = comm
-        latency = steps * max((_link(s, h).alpha for h in out), default=0.0) / every
+        messages = steps * (GATHERS_8BIT if s.bits == 8 else 1)
+        latency = messages * max((_link(s, h).alpha for h in out), default=0.0) / every
     elif spec.has_ps:
         S = s.model_bytes
         shares = s.ps_shares or {f"ps:{j}": 1.0 / max(s.ps, 1) for j in range(s.ps)}

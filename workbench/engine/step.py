@@ -40,8 +40,8 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
     includes), read with ``tf.timestamp`` inside the step, in seconds, each chained by
     control dependencies to the ops it brackets: compute (forward and backward, then the
     update: for parameter-server steps, the update is the gradients' push and is counted as
-    communication instead), communication (the all-reduce; under PS, the gradient push
-    and the global step's increment), and the bytes handed to the all-reduce. ``sends``
+    communication instead; compression's casts or quantizing), communication (the
+    all-reduce; under PS, the gradient push and the global step's increment), and the bytes handed to the all-reduce. ``sends``
     (default: whether there is a ``reduce``): the bytes are an output even when not
     ``timed``, so that an untimed run that all-reduces still reports ``comm_bytes`` (with
     no ``reduce`` they are 0 here and the caller fills them in, as parameter averaging
@@ -83,12 +83,12 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
                 loss += tf.nn.scale_regularization_loss(tf.cast(extra, loss.dtype))
         variables = build.trainable(model)
         grads = tape.gradient(loss, variables)
-        sent = tf.constant(0.0)
+        sent, codec = tf.constant(0.0), tf.constant(0.0, tf.float64)
         if timed:
             computed = after((grads, loss), tf.timestamp)
             grads = after(computed, lambda: gated(grads))
         if reduce is not None:
-            grads, sent = reduce(grads)
+            grads, sent, codec = reduce(grads)
         if timed:
             reduced = after(grads, tf.timestamp)
             grads = after(reduced, lambda: gated(grads))
@@ -116,7 +116,9 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
             if staleness:  # the update is the push of the gradients to the PS tasks
                 compute, comm = computed - began, ended - computed
             else:
-                compute, comm = (computed - began) + (ended - reduced), reduced - computed
+                # compression's casts or quantizing run on the CPU around the collectives:
+                # compute (compression.py: codec)
+                compute, comm = (computed - began) + (ended - reduced) + codec, reduced - computed - codec
             out += [tf.cast(compute, tf.float32) / local_replicas, tf.cast(comm, tf.float32) / local_replicas]
         if timed or sends:
             out.append(tf.cast(sent, tf.float32))

@@ -48,9 +48,9 @@ def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
         """The replicas' mean, in place; returns (seconds, bytes handed to the collectives)."""
         def replica_fn():
             if anchors is None:
-                means, sent = reduce([tf.identity(tf.convert_to_tensor(v)) for v in variables])
+                means, sent, _ = reduce([tf.identity(tf.convert_to_tensor(v)) for v in variables])
             else:
-                deltas, sent = reduce([tf.convert_to_tensor(v) - a for v, a in zip(variables, anchors)])
+                deltas, sent, _ = reduce([tf.convert_to_tensor(v) - a for v, a in zip(variables, anchors)])
                 means = [a + d for a, d in zip(anchors, deltas)]
                 for a, m in zip(anchors, means):
                     a.assign(m)
