@@ -412,8 +412,11 @@ measured here, one worker's pull and push go one after the other, 2 S/B):
 Give every host 5 Mbit, the PS host too: one worker uses each way of the PS link about
 half the time; two could fill it if one always pulled while the other pushed, and a third
 adds load but few steps. (The model predicts 2 workers' gain from their compute on shared
-cores and the links, and the PS link not yet full; the third worker gains less than it
-predicts, and why, this notebook does not measure.) Then spread the variables over 2 PS tasks on 2 hosts (each 5 Mbit): first
+cores and the links, and the PS link not yet full; it takes their transfers as
+interleaving whenever they can. They do not always: when both pull at once, each pull
+takes twice as long, so the gain measured varies from one execution to the next and is
+checked against the model's, not against a fixed number. The third worker gains less than
+the model predicts, and why, this notebook does not measure.) Then spread the variables over 2 PS tasks on 2 hosts (each 5 Mbit): first
 *without* a partitioner (PS tasks take whole variables round-robin, every kernel on `ps:0`,
 every bias on `ps:1`: one PS link carries nearly all the bytes), then with each variable
 split in two (`variable_partitioner=2`; the model is a `tf.Module` MLP, since Keras 3
