@@ -9,7 +9,9 @@
    all-reduce transfer (the anatomy's communication: the all-reduce time of the worker
    that arrived last, so waiting for a peer is left out), each compression against 32-bit
    in the same alternation (target fp16 >= x1.8). The bytes each one hands to the
-   collective are printed beside it.
+   collective are printed beside it. The anatomy's communication leaves out compression's
+   casts and quantizing (timed apart and counted as compute since 2026-11-26): this is
+   the collective's own rate.
 
 Results go to bench/results/anatomy.json and .md.
 """

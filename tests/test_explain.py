@@ -83,6 +83,13 @@ def test_predict_answers_for_runs_not_made_and_refuses_what_it_cannot_know(runs)
     half = wb.predict(run, workers=8, link="1gbit", cores=None, compression="fp16").table.set_index("figure")
     assert half.loc["w0 link bytes per step", "predicted"] == pytest.approx(t.loc["w0 link bytes per step",
                                                                                    "predicted"] / 2)
+    # a data centre's latency: each of the ring's 2(n-1) messages waits 50 us instead of 2 ms
+    fast = wb.predict(run, workers=8, link="1gbit", cores=None, latency=50e-6).prediction
+    assert eight.prediction["latency_time"] == pytest.approx(14 * 2e-3)
+    assert fast["latency_time"] == pytest.approx(14 * 50e-6)
+    assert fast["comm_time"] == pytest.approx(eight.prediction["comm_time"] - 14 * (2e-3 - 50e-6))
+    with pytest.raises(wb.ConfigError, match="argument 'latency'. Received: latency=-1"):
+        wb.predict(run, latency=-1)
     with pytest.raises(wb.ConfigError, match="argument 'device'. Received: device='gpu'. Expected 'cpu'"):
         wb.predict(run, device="gpu")
     with pytest.raises(wb.ConfigError, match="argument 'link'. Received: link='fast'"):

@@ -307,8 +307,10 @@ class Cluster:
         "parameter_server" (async; 1 chief + ``ps`` + ``workers`` engines), "mirrored"
         (one engine, all its devices; ``devices=N`` splits the CPU into N logical ones),
         "parameter_averaging" (sync; ``workers`` engines train their own replicas and
-        average them every ``average_every`` steps) or "single" (one engine, one device). Every argument is checked here, before any
-        engine is touched. ``dashboard``: show the live dashboard (default: when running
+        average them every ``average_every`` steps), "model_parallel" (a
+        ``wb.models.split_mlp``'s stages, one per worker engine, run by a chief; ``workers``
+        defaults to the stages) or "single" (one engine, one device). Every argument is
+        checked here, before any engine is touched. ``dashboard``: show the live dashboard (default: when running
         in a notebook kernel).
 
         What ``model.compile`` takes, trained as a correct ``tf.distribute`` custom loop:

@@ -271,7 +271,7 @@ AS_CALIBRATED = "as calibrated"
 def predict(calibration: Any, *, workers: int | None = None, ps: int | None = None, link: str | None = AS_CALIBRATED,
             model_bytes: float | None = None, compression: str | None = AS_CALIBRATED,
             global_batch_size: int | None = None, cores: int | None | str = AS_CALIBRATED,
-            device: str = "cpu") -> Explanation:
+            latency: float | None = None, device: str = "cpu") -> Explanation:
     """``wb.predict(run, workers=8, link="1gbit", ...)``: the figures of a run like
     ``calibration`` (a finished run that measured its anatomy) but with another number of
     ``workers`` or ``ps`` tasks, another ``link`` rate for every host ("1gbit"; None:
@@ -280,7 +280,9 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     PS task too; ``cores``: the cores all hosts share (default: as the calibration ran, on
     this machine; None: each host its own, as on real machines). Compute scales with the
     examples and parameters per worker: the calibration's seconds per example and
-    parameter, at its share of the cores."""
+    parameter, at its share of the cores. ``latency``: seconds each message waits before its
+    bytes, on every link (default: as measured here, ``LINK_ALPHA`` between hosts; a data
+    centre's RDMA or NCCL paths take tens of microseconds)."""
     if device != "cpu":
         raise invalid("device", device, "'cpu': the calibration measured this machine's CPU; a GPU's compute "
                       "cannot be derived from it (calibrate with a run on that GPU)")
@@ -300,6 +302,7 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     size = base.model_bytes if model_bytes is None else validate.positive_float("model_bytes", model_bytes)
     batch = base.global_batch_size if global_batch_size is None else \
         validate.positive_int("global_batch_size", global_batch_size)
+    alpha = None if latency is None else validate.positive_float("latency", latency)
     shared = base.cores if cores == AS_CALIBRATED else cores
     if shared is not None:
         shared = validate.positive_int("cores", shared)
@@ -318,10 +321,13 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     else:
         rate = next(iter(base.links.values())).rate if link == AS_CALIBRATED else parse_rate(link, "link")
         host_link = {h: link_of(rate) for h in set(hosts.values())}
+    if alpha is not None:
+        host_link = {h: replace(link, alpha=alpha) for h, link in host_link.items()}
     s = costmodel.Scenario(
         strategy=base.strategy, workers=n, model_bytes=size, compute=compute, hosts=hosts, links=host_link, ps=k,
         tensors=base.tensors, bits=bits, global_batch_size=batch, input=base.input, other=base.other,
-        pauses=base.pauses, cores=shared, compute_workers=1, average_every=base.average_every, loopback=LOOPBACK,
+        pauses=base.pauses, cores=shared, compute_workers=1, average_every=base.average_every,
+        loopback=LOOPBACK if alpha is None else replace(LOOPBACK, alpha=alpha),
         cuts=tuple(c * batch / base.global_batch_size for c in base.cuts),
         label_bytes=base.label_bytes * batch / base.global_batch_size)
     p = costmodel.predict(s)
