@@ -77,30 +77,43 @@ lever.round(2)
 """, volatile=True),
         code("""
 eff = lever["efficiency, measured"]
+comm = lever["all-reduce ms, measured"] / lever.loc[16, "all-reduce ms, measured"]
 ratio = lever["speed-up, measured"] / lever["speed-up, predicted"]
-print(f"efficiency rises with the batch per worker, 16 -> 256, by >= 0.2: {eff[256] - eff[16] >= 0.2} "
+grew = lever.loc[256, "compute ms"] / lever.loc[16, "compute ms"]
+print(f"from 16 to 256 examples per worker the compute grows >= 2.5x, the all-reduce by at most 1.5x: "
+      f"{grew >= 2.5 and bool(comm.between(0.6, 1.5).all())} (measured x{grew:.1f} and {comm.round(2).tolist()})")
+print(f"so the efficiency rises with the batch per worker: at 256 >= 1.5x its value at 16: {eff[256] >= 1.5 * eff[16]} "
       f"(measured {eff[16]:.2f} -> {eff[64]:.2f} -> {eff[256]:.2f})")
-print(f"speed-up measured / predicted within 0.8-1.25 at every batch: {bool(ratio.between(0.8, 1.25).all())} "
-      f"(measured {ratio.round(2).tolist()})")
+print(f"the model is optimistic here, within 2x: speed-up measured / predicted 0.5-1.05 at every batch: "
+      f"{bool(ratio.between(0.5, 1.05).all())} (measured {ratio.round(2).tolist()})")
 """),
         md("""
 The all-reduce moves the same 2.6 MB whatever the batch, so its time stays put while the
 compute grows with the examples: the share of the step spent communicating falls, and the
-efficiency rises. On this machine the single process also uses both cores for its own
-matrix products, which 2 workers split between them: even with no communication at all,
-2 workers here would not make 2x.
+efficiency rises. But the speed-ups are below 1: here 2 workers are *slower* than one
+process. They share this machine's 2 cores, which the single process had to itself for its
+matrix products, and their all-reduce over loopback is itself CPU work on the same cores
+(gRPC's copies, both ways at once). Workers sharing cores is not scaling out; this is why
+the rest of this notebook predicts separate machines instead of measuring them. The model
+misses too, in the same direction: it takes loopback at about 0.8 GB/s and 1.5 ms a message
+(measured with 4-64 MB all-reduces), and predicts this 2.6 MB all-reduce at less than the
+time the runs measured (the two all-reduce columns), so it predicts speed-ups above the
+measured ones.
 
 ## From 2 workers to 50: predicted
 
 `wb.predict(run, workers=n, link=..., cores=None, global_batch_size=...)` takes the
-2-worker run at 64 examples per worker as its calibration (its compute per example) and
+2-worker run at 256 examples per worker as its calibration (its compute per example) and
 predicts the same training with n workers, each on a host of its own with its own cores
 (`cores=None`), over links of the given rate. `latency=` sets each message's wait: the 2 ms
 TF's collectives pay between engines on this machine's emulated hosts (`run.explain()`
-uses it; walkthrough 09 measures it), or 50 microseconds, a data centre's.
+uses it; walkthrough 09 measures it), or 50 microseconds, a data centre's. It scales
+the compute in proportion to the examples; the first table shows a fixed part besides (the
+update of 660,234 parameters, the step's own ops), so predictions far from 256 examples per
+worker are rough.
 """),
         code("""
-calibration = runs[64]
+calibration = runs[256]
 ns = [2, 4, 8, 16, 32, 50, 64]
 
 
@@ -113,8 +126,8 @@ def speedups(batch, link, latency):
     return out
 
 
-curves = {(64, "10gbit", 2e-3): speedups(64, "10gbit", 2e-3), (64, "10gbit", 50e-6): speedups(64, "10gbit", 50e-6),
-          (1024, "10gbit", 50e-6): speedups(1024, "10gbit", 50e-6)}
+curves = {(256, "10gbit", 2e-3): speedups(256, "10gbit", 2e-3), (256, "10gbit", 50e-6): speedups(256, "10gbit", 50e-6),
+          (2048, "10gbit", 50e-6): speedups(2048, "10gbit", 50e-6)}
 fig, ax = plt.subplots(figsize=(6.5, 4))
 ax.plot(ns, ns, ":", color="#888", label="ideal (n)")
 for (batch, link, latency), s in curves.items():
@@ -130,19 +143,19 @@ print(pd.DataFrame({f"{b}/worker, {l}, {a * 1e6:g} us": [round(x, 1) for x in s]
 At this machine's 2 ms a message, a ring of 50 pays 2 x 49 x 2 ms = 196 ms of latency every
 step, whatever the link's rate: the speed-up flattens long before 50. At 50 microseconds
 the latency shrinks to 4.9 ms, and the bytes (2 x 49/50 x 2.6 MB at 10 Gbit/s: 4.3 ms)
-become the cost: 64 examples per worker then compute for less than 4 x that, and a larger
-batch per worker is what reaches 40x.
+become the cost: 40x needs a batch per worker whose compute takes 4 x that, and the curves
+show how far 256 and 2048 examples per worker go.
 
 ## The condition, solved
 
 The smallest batch per worker (a power of 2) at which the model predicts >= 40x on 50
 workers, for each link rate and latency, beside the formula's own answer: C(b) >= 4 x
-T_comm(50), with C(b) the calibration's compute per example times b. The model asks a
-little more: it also counts each step's fixed costs (the input pipeline, Python between
-calls), which a larger batch does not grow.
+T_comm(50), with C(b) the calibration's compute per example times b. The model asks more:
+it also counts each step's fixed costs (the input pipeline, Python between calls), which a
+larger batch does not grow, and the table rounds its answer up to a power of 2.
 """),
         code("""
-per_example = calibration.explain().table.set_index("figure").loc["compute per step (ms)", "measured"] / 1e3 / 64
+per_example = calibration.explain().table.set_index("figure").loc["compute per step (ms)", "measured"] / 1e3 / 256
 S = calibration.explain().table.set_index("figure").loc["bytes handed to the all-reduce per step", "predicted"]
 rows = []
 for link, rate in (("1gbit", 1e9), ("10gbit", 10e9), ("100gbit", 100e9)):
