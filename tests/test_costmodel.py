@@ -81,6 +81,9 @@ def test_workers_sharing_a_host_send_only_what_crosses_to_another_host():
     B, alpha = B100 * 0.95, 5e-4
     assert p8["comm_time"] == pytest.approx(3 * (alpha + cm.message_bytes(MB, 8, tensors=1) / B) + 3 * 3 * alpha)
     assert p8["latency_time"] == pytest.approx(4 * 3 * alpha)
+    # every worker on one host, its loopback free: nothing crosses, nothing waits (8 bits too)
+    alone8 = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, dict.fromkeys(hosts, "h1"), {}, bits=8))
+    assert alone8["comm_time"] == 0 and alone8["bottleneck"] == "compute"
     p16 = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, links("h1", "h2"), bits=16))
     assert p16["bytes_per_step"]["h1"]["tx"] == pytest.approx(cm.ring_bytes(MB, 4) / 2)
     same = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, dict.fromkeys(hosts, "h1"), links("h1")))

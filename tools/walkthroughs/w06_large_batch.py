@@ -90,7 +90,8 @@ print(spread.to_string())
   digits training set has 1,438 examples, so a batch of 1024 is most of an epoch, and no
   learning rate makes 42 steps do the work of 2,696. That is the regime where Goyal's rule
   stopped holding too, at a larger scale;
-- a two-epoch warm-up does not help plain SGD on this model at any batch; the spread table
+- a two-epoch warm-up does not help plain SGD on this model at any batch beyond the
+  seeds' spread (at 256 it made one seed fail); the spread table
   shows where a seed's draw decides the outcome (the next section finds where warm-up
   does help).
 """),
@@ -116,14 +117,15 @@ trains = runs[(runs.policy == "linear rule") & (runs["global batch"] <= 256)]
 gap = (trains.train - trains.test).groupby(trains["global batch"]).mean().round(3)
 print(pd.DataFrame({"train": trains.groupby("global batch").train.mean().round(3),
                     "test": trains.groupby("global batch").test.mean().round(3), "gap": gap}).to_string())
-print(f"the gap stays within 0.03 from batch 16 to 256: {bool((gap.abs() <= 0.03).all())} "
+print(f"the gap does not widen: at 256 it is at most 0.01 above its value at 16: {bool(gap[256] - gap[16] <= 0.01)} "
       f"(measured {gap.tolist()})")
 """),
         md("""
 Here it does not widen: at batches up to 256 (18% of the training set) the linear rule's
 runs generalize as well as the small batch's. Keskar et al. measured the gap at batches of
 10% of much larger data sets with deeper networks; where this model fails at 1024, it fails
-to train at all (training accuracy as low as test accuracy), not to generalize.
+to train at all (test accuracy near the 0.10 of guessing among ten digits), not to
+generalize.
 
 ## Where warm-up helps: a large first step
 

@@ -450,13 +450,13 @@ measured here, one worker's pull and push go one after the other, 2 S/B):
 
 Give every host 5 Mbit, the PS host too: one worker uses each way of the PS link about
 half the time; two could fill it if one always pulled while the other pushed, and a third
-adds load but few steps. (The model predicts 2 workers' gain from their compute on shared
+adds load but no more steps (it can even lose some). (The model predicts 2 workers' gain from their compute on shared
 cores and the links, and the PS link not yet full; it takes their transfers as
 interleaving whenever they can. They do not always: when both pull at once, each pull
 takes twice as long, so the gain measured varies from one execution to the next and is
 checked against the model's, not against a fixed number. The third worker gains less than
 the model predicts, and why, this notebook does not measure: 3 workers, the chief and the
-PS share the 2 cores, and the band below allows 0.65 for it, as the ring's does.) Then spread the variables over 2 PS tasks on 2 hosts (each 5 Mbit): first
+PS share the 2 cores, and the band below allows it 0.65, as the ring's does.) Then spread the variables over 2 PS tasks on 2 hosts (each 5 Mbit): first
 *without* a partitioner (PS tasks take whole variables round-robin, every kernel on `ps:0`,
 every bias on `ps:1`: one PS link carries nearly all the bytes), then with each variable
 split in two (`variable_partitioner=2`; the model is a `tf.Module` MLP, since Keras 3
@@ -504,8 +504,9 @@ if bed is not None:
     print(f"the PS link carries S each way per global step at 1, 2 and 3 workers (1.0-1.3 of 2 S, with the "
           f"headers, acknowledgements and requests): {all(1.0 <= x <= 1.3 for x in moved)} "
           f"(measured {[round(x, 3) for x in moved]})")
-    print(f"steps/s measured / predicted (run.explain()) within 0.65-1.25 (1, 2, 3 workers; sharded): "
-          f"{all(0.65 <= x <= 1.25 for x in ratios)} (measured {[round(x, 2) for x in ratios]})")
+    print(f"steps/s measured / predicted (run.explain()) within 0.75-1.25 for 1 and 2 workers and sharded, "
+          f"0.65-1.25 for 3: {all(0.75 <= x <= 1.25 for x in ratios[:2] + ratios[3:]) and 0.65 <= ratios[2] <= 1.25} "
+          f"(measured {[round(x, 2) for x in ratios]})")
     print(f"one worker leaves the PS link half idle (use 0.3-0.6): {0.3 <= one['measured']['ps_util'][0] <= 0.6} "
           f"(measured {one['measured']['ps_util'][0]:.2f}, predicted {one['predicted']['ps_util'][0]:.2f})")
     gain = two["predicted"]["steps_per_s"] / one["predicted"]["steps_per_s"]

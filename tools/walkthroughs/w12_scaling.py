@@ -106,8 +106,8 @@ measured ones.
 2-worker run at 256 examples per worker as its calibration (its compute per example) and
 predicts the same training with n workers, each on a host of its own with its own cores
 (`cores=None`), over links of the given rate. `latency=` sets each message's wait: the 2 ms
-TF's collectives pay between engines on this machine's emulated hosts (`run.explain()`
-uses it; walkthrough 09 measures it), or 50 microseconds, a data centre's. It scales
+TF's collectives pay between engines on this machine's emulated hosts (the model's
+constant, from the bed's measurements; `run.explain()` uses it), or 50 microseconds, a data centre's. It scales
 the compute in proportion to the examples; the first table shows a fixed part besides (the
 update of 660,234 parameters, the step's own ops), so predictions far from 256 examples per
 worker are rough.
@@ -183,8 +183,8 @@ milliseconds), on links of a few microseconds' latency.
 
 ## The other levers
 
-- **16-bit gradients** halve the bytes (walkthrough 09 measures x1.9 steps/s on a 100 Mbit
-  link; 10 measures the bytes exactly). They shorten only the bytes' part: predicted below
+- **16-bit gradients** halve the bytes (walkthrough 09 measures their gain in steps/s on a
+  100 Mbit link; 10 measures the bytes exactly). They shorten only the bytes' part: predicted below
   at 50 workers.
 - **Packing** (`CommunicationOptions(bytes_per_pack=...)`, PyTorch's buckets): the
   workbench hands all the gradients to one batched all-reduce, one pack, so each step pays
@@ -213,7 +213,8 @@ pd.DataFrame(rows).set_index("messages")
         md("""
 All of the above at 256 examples per worker, 10 Gbit/s and 50 us a message: predicted,
 not measured. What this machine measured is the first table: the lever itself (a larger
-batch per worker raising the efficiency) and the model's agreement with 2 workers on it.
+batch per worker raising the efficiency) and how far the model's prediction for 2 workers
+sits from it (optimistic: it underestimates the all-reduce on loopback).
 Walkthrough 09 measures the ring at 2, 3 and 4 workers on shaped links against the same
 model.
 """),

@@ -322,7 +322,7 @@ def predict(s: Scenario) -> dict[str, Any]:
         one, out = _ring_step(s, chunk)
         comm = steps * one
         if s.bits == 8:  # latency-only gathers beside the one that carries the bytes
-            comm += (GATHERS_8BIT - 1) * (n - 1) * max(_link(s, h).alpha for h in out)
+            comm += (GATHERS_8BIT - 1) * (n - 1) * max((_link(s, h).alpha for h in out), default=0.0)
         every = s.average_every if spec.averages else 1
         comm /= every
         for h, sent in out.items():
@@ -431,7 +431,8 @@ def _bottleneck(s: Scenario, p: dict[str, Any], fixed: float) -> tuple[str, str]
                 f"network-bound: {host}'s link carries {moved[host] / 1e6:.3g} MB per step at {speed}; "
                 f"predicted {rate:.3g} steps/s")
     if p["link_time"] >= fixed:  # messages between tasks of one host, over its loopback
-        messages = 2 * (s.workers - 1) if ring(s.strategy) else 2 * len(s.cuts) if s.cuts else 2
+        per_ring = GATHERS_8BIT * (s.workers - 1) if s.bits == 8 else 2 * (s.workers - 1)
+        messages = per_ring if ring(s.strategy) else 2 * len(s.cuts) if s.cuts else 2
         return "communication", (f"communication-bound: {p['link_time'] * 1e3:.3g} ms per step in {messages} "
                                  f"messages between the tasks over this machine's loopback "
                                  f"({s.loopback.alpha * 1e3:.3g} ms each before its bytes), against "

@@ -87,7 +87,8 @@ def reducer(kind: str | None, variables: list,
             summed = ctx.all_reduce(reduce_op, _gate(cast, sent))
             arrived = _clock(summed)
             out = [tf.cast(s, t.dtype) for s, t in zip(_gate(arrived, summed), tensors)]
-            return out, _bytes(sent), (cast - began) + (_clock(out) - arrived)
+            ended = _clock(out)  # read before the caller's next clock: its outputs wait for it
+            return _gate(ended, out), _bytes(sent), (cast - began) + (ended - arrived)
         return reduce
 
     if kind != "int8":
@@ -123,5 +124,6 @@ def reducer(kind: str | None, variables: list,
                 summed = summed / replicas()
             out.append(tf.cast(tf.reshape(summed, tf.shape(t)), t.dtype))
             offset += size
-        return out, _bytes([packed, scales]), (quantized - began) + (_clock(out) - arrived)
+        ended = _clock(out)
+        return _gate(ended, out), _bytes([packed, scales]), (quantized - began) + (ended - arrived)
     return reduce
