@@ -431,7 +431,11 @@ def test_compressions_casts_and_quantizing_are_timed_apart_from_the_collective()
         wall = time.perf_counter() - began
         codec[kind] = float(seconds)
         assert 0 <= codec[kind] < wall, kind
-        assert float(tf.reduce_max(tf.abs(out[0] - values[0]))) < 0.03, kind  # one replica: its own values
+        # one replica: its own values, to float16's precision or to one quantizing step (the
+        # error fed back from the call before plus this call's: half a step each)
+        step = float(tf.reduce_max(tf.abs(values[0]))) / 127
+        bound = {None: 1e-6, "fp16": 2 ** -10 * step * 127, "int8": 1.01 * step}[kind]
+        assert float(tf.reduce_max(tf.abs(out[0] - values[0]))) <= bound, kind
     print(codec)
     assert codec[None] == 0 and codec["fp16"] > 0 and codec["int8"] > codec["fp16"]
 

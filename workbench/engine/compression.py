@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from workbench.engine.step import after, gated
+
 if TYPE_CHECKING:
     import tensorflow as tf
 
@@ -45,16 +47,12 @@ def _clock(deps):
     """A clock read after every tensor in ``deps``."""
     import tensorflow as tf
 
-    with tf.control_dependencies(tf.nest.flatten(deps)):
-        return tf.timestamp()
+    return after(deps, tf.timestamp)
 
 
 def _gate(clock, tensors):
-    """``tensors`` as identities that run only after ``clock`` was read."""
-    import tensorflow as tf
-
-    with tf.control_dependencies([clock]):
-        return [tf.identity(t) for t in tensors]
+    """``tensors`` (one op) that run only after ``clock`` was read."""
+    return after(clock, lambda: gated(tensors))
 
 
 def reducer(kind: str | None, variables: list,
