@@ -93,3 +93,33 @@ def test_the_plugin_configures_the_notebooks_that_use_the_workbench(pytester, op
     assert other.output_timeout == 5 and not other.parent.sanitize_patterns
     sanitized = active and not opt_out
     assert [bool(item.parent.sanitize_patterns) for item in ours] == [sanitized, sanitized]
+
+
+def test_a_runs_figures_are_compared_within_their_tolerance():
+    """The same seeded run reads its final loss 0.0815 on one CPU type and 0.0814 on another
+    (oneDNN's kernels round differently): within ``FIGURES``' tolerances the saved figure is
+    kept; a loss 10% off, or an accuracy 0.022 off, still differs."""
+    from workbench.testing.sanitize import tolerate
+
+    saved = ("<workbench run RUN-ID: parameter_server workers=1 ps=1, finished at step 3000/3000, final loss 0.0815, "
+             "test accuracy 0.972, test loss 0.1021>")
+    assert tolerate(saved.replace("0.0815", "0.0814").replace("0.972", "0.969").replace("0.1021", "0.1025"),
+                    saved) == saved
+    assert "final loss 0.0900" in tolerate(saved.replace("0.0815", "0.0900"), saved)
+    assert "test accuracy 0.950" in tolerate(saved.replace("0.972", "0.950"), saved)
+    assert tolerate("final loss 0.0814", "test accuracy 0.972") == "final loss 0.0814"  # not the same figures
+
+
+def test_nbval_passes_a_figure_within_its_tolerance_and_fails_one_outside(pytester):
+    line = "<workbench run 20261126-004526-34d4ef: single workers=1 ps=0, finished at step 5/5, final loss {}>"
+    for name, printed in (("near", "0.0814"), ("far", "0.0900")):
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell(f"import workbench\nprint({line.format(printed)!r})")
+        cell.execution_count = 1
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=line.format("0.0815") + "\n")]
+        nb.cells = [cell]
+        nbformat.write(nb, pytester.path / f"{name}.ipynb")
+    result = pytester.runpytest_subprocess("--nbval", "--nbval-current-env", "--wb-no-shared-cluster", *PLUGIN,
+                                           "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    assert "far.ipynb::Cell 0" in result.stdout.str() and "0.0900" in result.stdout.str()

@@ -114,9 +114,9 @@ the choice: cutting at the 64-wide layer doubles the traffic of cutting at the 3
 *A bad split floods the network.* On one machine there is no network to flood: the two
 logical devices share the same two cores and memory, and handing activations from one to
 the other is a memory copy. So the speeds below do not show that lesson (the last section
-does, across emulated hosts): here splitting costs little. In three executions on this
-2-core machine the split model ran at x0.84, x1.03 and x1.32 of the whole model's speed
-(and under x0.6 once, in a test run sharing the machine with other work): the spread comes
+does, across emulated hosts): here splitting costs little. From execution to execution on
+this 2-core machine the split model's speed moved both sides of the whole model's (from
+under x0.6, in a test run sharing the machine with other work, to above x1.3): the spread comes
 from the machine's load and from how TensorFlow's runtime spreads two logical devices over
 two cores, not from communication. So the ratio below is shown, not checked: a speed
 measured on a shared machine is no claim (`bench/` measures speeds, against baselines run

@@ -220,9 +220,10 @@ two.wait()
 """, volatile=True),
         md("""
 Measured here, two workers against one (steps/s as the dashboard and `wb.compare` count
-them). These numbers change from run to run; in the runs behind this text two workers did
-x0.8-1.49 the steps per second of one, not twice as many: on 2 cores the workers, the PS task and the coordinator share the same
-cores, and TensorFlow mostly ran one scheduled call's PS work at a time (below).
+them). These numbers change from run to run, and two workers do not make twice the steps
+per second of one, often not even more: on 2 cores the workers, the PS task and the
+coordinator share the same cores, and TensorFlow mostly ran one scheduled call's PS work at
+a time (below).
 """),
         code("""
 rates = wb.compare(one, two, labels=["1 worker", "2 workers"]).table[["steps/s"]]  # the dashboard's figure

@@ -184,8 +184,8 @@ wb.compare(*comp.values(), labels=["float32", "fp16", "bf16", "int8"])
         md("""
 **What it means.** Halving or quartering the bytes cost no accuracy you can see here (the
 claims above). Whether it buys speed depends on the link: on loopback with 2 shared cores
-the casts cost about as much as the bytes they save and the quantization more (when saved: 48
-steps/s at 32 bits, 57 in fp16, 55 in bf16, 31 in int8, one run each). Where the transfer
+the casts cost about as much as the bytes they save and the quantization more (the
+comparison's steps/s above, one run each: they move from execution to execution). Where the transfer
 itself is the cost, fewer bytes move faster: `bench/anatomy.py` measures each precision's
 useful gradient bytes per second of all-reduce against 32 bits on the same engines
 (`docs/performance.md` has the numbers).

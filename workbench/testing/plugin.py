@@ -5,7 +5,8 @@ that environment; it acts only on the notebooks nbval collects whose cells impor
 workbench (``import workbench``, ``from workbench ...``, ``%load_ext workbench``):
 
 - their outputs are compared through the workbench's sanitizers (``sanitize.py``), ahead
-  of a ``--nbval-sanitize-with`` file's own;
+  of a ``--nbval-sanitize-with`` file's own, a run's reproducible figures within their
+  tolerances (``sanitize.tolerate``);
 - nbval waits up to ``--wb-output-timeout`` seconds (default 30) for a cell's outputs
   after its reply, instead of its fixed 5 (a loaded machine, a kernel busy with widgets);
 - consecutive ones share one local cluster (``testing/lender.py``): a notebook's
@@ -70,6 +71,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # nbval adds a --nbval-sanitize-with file's patterns to the same dict when the
             # notebook starts: after these, in order
             notebook.sanitize_patterns.update(PATTERNS)
+        if not config.option.wb_no_sanitize:
+            item.compare_outputs = _tolerant(item.compare_outputs)
+
+
+def _tolerant(compare: Any) -> Any:
+    """nbval's ``compare_outputs(new, saved)`` of a cell, given each new output's figures
+    written as the saved output at the same place writes them where they are close
+    (``sanitize.tolerate``)."""
+    from workbench.testing.sanitize import tolerate
+
+    def tolerated(new: dict, saved: dict) -> dict:
+        out = type(new)(new)  # nbval reads outputs' fields as attributes (nbformat's NotebookNode)
+        if isinstance(new.get("text"), str) and isinstance(saved.get("text"), str):
+            out["text"] = tolerate(new["text"], saved["text"])
+        if isinstance(new.get("data"), dict) and isinstance(saved.get("data"), dict):
+            out["data"] = type(new["data"])({mime: tolerate(v, saved["data"][mime]) if isinstance(v, str) and isinstance(
+                saved["data"].get(mime), str) else v for mime, v in new["data"].items()})
+        return out
+
+    def compare_outputs(test: list, ref: list, skip_compare: Any = None) -> bool:
+        near = [tolerated(t, r) if t.get("output_type") == r.get("output_type") else t for t, r in zip(test, ref)]
+        return compare(near + list(test[len(ref):]), ref, skip_compare)
+
+    return compare_outputs
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -15,6 +15,13 @@ a user's ``--nbval-sanitize-with`` file. Pure: ``sanitize(text)`` is what nbval 
   directories and temporary paths.
 - ``(measured ...)``: a claim's measured value beside it (``wb.within`` prints one): the
   claim is compared, the number shown.
+
+``tolerate``: a run's figures that a seeded run reproduces (its check line's final loss and
+test metrics) are compared within ``FIGURES``' tolerances, not digit for digit: TensorFlow's
+oneDNN kernels round differently on different CPU types, and the same seeded runs read a
+final loss of 0.0815 on one machine and 0.0814 on another (3,000 steps of a parameter-server
+run; the 4th digit), a test accuracy 0.003 apart. The plugin applies it to each new output
+against the saved one before nbval compares them.
 """
 
 from __future__ import annotations
@@ -50,6 +57,29 @@ PATTERNS: list[tuple[re.Pattern, Replacement]] = [
     (re.compile(r"\b\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?\b"), "TIMESTAMP"),
     (re.compile(rf"\b{_NUMBER}(\s?)(ms|µs|s|sec|seconds|min)\b(?!/)"), r"T\1\2"),
 ]
+
+
+# a figure a seeded run reproduces, as check lines print them: (kind, tolerance)
+FIGURES = {"final loss": ("relative", 0.01), "test loss": ("relative", 0.01), "test accuracy": ("absolute", 0.006)}
+OTHER_METRIC = ("relative", 0.01)  # another test metric ("test mae")
+_FIGURE = re.compile(r"\b(final loss|test [a-z][a-z0-9 ]*?) (-?\d+\.\d+)\b")
+
+
+def tolerate(new: str, saved: str) -> str:
+    """``new`` with each figure (``FIGURES``) that lies within its tolerance of the same figure
+    in ``saved`` written as ``saved`` writes it; the others, and any text whose figures are
+    not the same ones in the same order, as they are."""
+    got, want = list(_FIGURE.finditer(new)), list(_FIGURE.finditer(saved))
+    if not got or [m.group(1) for m in got] != [m.group(1) for m in want]:
+        return new
+    parts, end = [], 0
+    for g, w in zip(got, want):
+        kind, tolerance = FIGURES.get(g.group(1), OTHER_METRIC)
+        a, b = float(g.group(2)), float(w.group(2))
+        close = abs(a - b) <= (tolerance * abs(b) if kind == "relative" else tolerance)
+        parts.append(new[end:g.start(2)] + (w.group(2) if close else g.group(2)))
+        end = g.end(2)
+    return "".join(parts) + new[end:]
 
 
 def sanitize(text: str) -> str:
