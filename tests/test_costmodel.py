@@ -6,6 +6,7 @@ import math
 import pytest
 
 from workbench.common import costmodel as cm
+from workbench.kernel.runs import explain
 
 MB = 1e6
 B100 = 100e6 / 8  # a 100 Mbit/s link's bytes/s, before framing
@@ -66,6 +67,37 @@ def test_a_two_host_ring_step_is_its_compute_plus_2_messages_of_half_the_model()
     assert p["bytes_per_step"] == {"h1": {"tx": MB, "rx": MB}, "h2": {"tx": MB, "rx": MB}}
     assert p["link_util"]["h1"] == pytest.approx(MB * p["steps_per_s"] / B)
     assert p["bottleneck"] == "network: h1" and p["why"].startswith("network-bound: h1's link carries 1 MB per step")
+
+
+def test_packing_counts_tfs_own_packs_and_each_pack_pays_its_messages_latencies():
+    """``packs`` groups tensors as TF's ``group_by_size`` does (checked against TF itself),
+    and a ring of k packs pays k x 2(n-1) latencies for the same bytes (claim 7: packing
+    removes (packs - 1) x 2(n-1) x alpha)."""
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow.python.distribute import cross_device_utils
+
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        elements = [int(e) for e in rng.integers(1, 5000, size=int(rng.integers(1, 12)))]
+        tensors = [tf.zeros([e]) for e in elements]
+        for per_pack in (0, 1, 100, 4_000, 20_000, 10**9):
+            tf_packs = cross_device_utils.group_by_size(list(reversed(tensors)), per_pack)  # TF packs the last first
+            assert cm.packs([4.0 * e for e in elements], per_pack) == len(tf_packs), (elements, per_pack)
+    assert cm.packs([1e3] * 16, 1) == 16 and cm.packs([1e3] * 16, 0) == 1 and cm.packs([], 1) == 1
+    hosts = {f"worker:{i}": f"h{i}" for i in range(4)}
+    one = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, links(*hosts.values())))
+    six = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, links(*hosts.values()), packs=6))
+    assert six["comm_time"] - one["comm_time"] == pytest.approx(5 * 2 * 3 * 5e-4)
+    assert six["latency_time"] == pytest.approx(6 * one["latency_time"]) and six["bytes_per_step"] == one["bytes_per_step"]
+    local = {"worker:0": "local", "worker:1": "local"}
+    loop = cm.Link(0.8e9, 1.5e-3)
+    one = cm.predict(cm.Scenario("multi_worker_mirrored", 2, MB, 0.005, local, loopback=loop))
+    many = cm.predict(cm.Scenario("multi_worker_mirrored", 2, MB, 0.005, local, loopback=loop, packs=16))
+    assert many["comm_time"] - one["comm_time"] == pytest.approx(15 * 2 * 1.5e-3)
+    # 8-bit messages are gathered as one tensor: no packs
+    eight = cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, links(*hosts.values()), bits=8)
+    assert cm.predict(eight) == cm.predict(cm.Scenario(**{**eight.__dict__, "packs": 6}))
 
 
 def test_workers_sharing_a_host_send_only_what_crosses_to_another_host():
@@ -148,8 +180,8 @@ def test_a_parameter_server_runs_compute_is_its_measured_compute_without_its_pul
         s = cm.Scenario("parameter_server", n, 150e3, compute, hosts,
                         {h: cm.Link(B, 5e-4, 20_000_000) for h in set(hosts.values())}, ps=1, input=0.002)
         measured = cm.predict(s)["compute_time"]
-        assert measured > compute and cm.without_pulls(s, measured) == pytest.approx(compute, rel=1e-6), (n, compute)
-    assert cm.without_pulls(s, 0.001) == 0.0  # less than the pull alone: no compute left
+        assert measured > compute and explain.without_pulls(s, measured) == pytest.approx(compute, rel=1e-6), (n, compute)
+    assert explain.without_pulls(s, 0.001) == 0.0  # less than the pull alone: no compute left
 
 
 def test_a_split_models_step_is_its_compute_plus_each_cuts_activations_then_their_gradients():

@@ -5,6 +5,7 @@ checked by hand in tests/test_costmodel.py; here, that a run is read into it rig
 import pytest
 
 import workbench as wb
+from workbench.kernel.runs import explain
 
 pytestmark = pytest.mark.cluster
 DIGITS = wb.datasets.digits()
@@ -88,6 +89,15 @@ def test_predict_answers_for_runs_not_made_and_refuses_what_it_cannot_know(runs)
     assert eight.prediction["latency_time"] == pytest.approx(14 * 2e-3)
     assert fast["latency_time"] == pytest.approx(14 * 50e-6)
     assert fast["comm_time"] == pytest.approx(eight.prediction["comm_time"] - 14 * (2e-3 - 50e-6))
+    # packed a tensor a pack: the model's 6 tensors, 6 all-reduces, each its 14 latencies
+    packed = wb.predict(run, workers=8, link="1gbit", cores=None, bytes_per_pack=1).prediction
+    assert packed["latency_time"] == pytest.approx(6 * 14 * 2e-3)
+    assert packed["comm_time"] == pytest.approx(eight.prediction["comm_time"] + 5 * 14 * 2e-3)
+    with pytest.raises(wb.ConfigError, match="argument 'bytes_per_pack'. Received: bytes_per_pack=-1"):
+        wb.predict(run, bytes_per_pack=-1)
+    with pytest.raises(wb.ConfigError, match="argument 'bytes_per_pack'. Received: bytes_per_pack=1. Expected 0 "
+                                             "with strategy='parameter_server'"):
+        wb.predict(runs["ps"], bytes_per_pack=1)
     with pytest.raises(wb.ConfigError, match="argument 'latency'. Received: latency=-1"):
         wb.predict(run, latency=-1)
     with pytest.raises(wb.ConfigError, match="argument 'device'. Received: device='gpu'. Expected 'cpu'"):
@@ -100,3 +110,34 @@ def test_predict_answers_for_runs_not_made_and_refuses_what_it_cannot_know(runs)
         wb.predict(runs["single"], workers=2)
     with pytest.raises(wb.ConfigError, match="argument 'run'.*has no anatomy"):
         runs["untimed"].explain()
+
+
+def test_packing_measures_the_all_reduces_latency_and_predicts_another_packing(cluster):
+    """``bytes_per_pack`` (TF's ``CommunicationOptions``) splits the gradients' all-reduce
+    into packs, one all-reduce each, each paying 2(n-1) message latencies for the same bytes.
+    An MLP of 16 tensors on 2 workers, in 1 pack, in 16 (a pack a tensor), and in 4 (packs of
+    at least 5,000 bytes): the first two measure the latency alpha of one message (the
+    growth of the communication over 30 more messages); with it, the model's growth for 4
+    packs (6 more messages) is checked against the third run's. The model's own constant
+    for this machine's loopback (1.5 ms) is a loaded machine's: an idle one measured 0.42-0.54 ms."""
+    from workbench.common import costmodel
+
+    model = wb.models.mlp((32,) * 7)  # 8 layers: 16 tensors
+    runs = {per_pack: cluster.train(model, DIGITS, workers=2, steps=200, global_batch_size=64, checkpoint_every=0,
+                                    bytes_per_pack=per_pack, dashboard=False).wait(timeout=300)
+            for per_pack in (0, 1, 5000)}
+    comm, packs = {}, {}
+    for per_pack, run in runs.items():
+        e = run.explain()
+        t = e.table.set_index("figure")
+        assert t.loc["bytes handed to the all-reduce per step", "ratio"] == pytest.approx(1.0)
+        packs[per_pack] = costmodel.packs(explain.tensor_bytes(run.placement), per_pack)
+        assert e.prediction["latency_time"] == pytest.approx(packs[per_pack] * 2 * explain.LOOPBACK.alpha)
+        comm[per_pack] = t.loc["communication per step (ms)", "measured"] / 1e3
+    assert packs == {0: 1, 1: 16, 5000: 4}
+    alpha = (comm[1] - comm[0]) / (15 * 2)
+    predicted = comm[0] + 3 * 2 * alpha
+    print(f"alpha measured {alpha * 1e3:.2f} ms a message; 4 packs: communication {comm[5000] * 1e3:.2f} ms, "
+          f"predicted {predicted * 1e3:.2f} ms ({comm[5000] / predicted:.2f})")
+    assert alpha > 50e-6  # a message between two processes costs more than a memory copy
+    assert 0.75 <= comm[5000] / predicted <= 1.5  # 1.21-1.26 in four executions on an idle machine

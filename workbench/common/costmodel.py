@@ -20,7 +20,7 @@ overlap them), and contention other than for links and cores.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.common import strategies
@@ -81,6 +81,17 @@ def ring_time(S: float, n: int, B: float, alpha: float, rounds: int = 1) -> floa
     2(n-1) alpha + 2(n-1)/n x S/B (claim 1). ``rounds``: separate all-reduces (packs), each
     paying its own latencies (claim 7: packing removes (packs - 1) x 2(n-1) x alpha)."""
     return 2 * (n - 1) * alpha * rounds + ring_bytes(S, n) / B if n > 1 else 0.0
+
+
+def packs(sizes: list[float], bytes_per_pack: int) -> int:
+    """The all-reduces TF's packing makes of tensors of ``sizes`` bytes as sent, in the model's
+    order: from the last, a pack takes tensors until it holds more than ``bytes_per_pack``
+    (``cross_device_utils.group_by_size``); 0 makes one pack. Each pays its own latencies."""
+    count, held = 1, 0.0
+    for size in reversed(sizes if bytes_per_pack else []):
+        count, held = (count + 1, 0.0) if held > bytes_per_pack else (count, held)
+        held += size
+    return count
 
 
 def naive_ring_time(S: float, n: int, B: float) -> float:
@@ -162,6 +173,7 @@ class Scenario:
     global step outside every step (checkpoints, evaluations, the chief's dispatch between
     calls), which slow steps/s but no step. ``ps_shares``: {PS task:
     its share of the variables' bytes}. ``bits``: the precision of synchronous messages.
+    ``packs``: the all-reduces a synchronous step's gradients are packed into (``packs``).
     ``cuts``: a model split into stages (one per worker, ``worker:i`` holding stage i): the
     activation bytes crossing each cut per step, stage i to i+1, forward (their gradients
     come back as many); ``label_bytes``: the labels stage 0 reads and the last stage's loss
@@ -184,6 +196,7 @@ class Scenario:
     compute_workers: int = 1
     average_every: int = 1
     loopback: Link | None = None
+    packs: int = 1
     pauses: float = 0.0
     cuts: tuple[float, ...] = ()
     label_bytes: float = 0.0
@@ -320,9 +333,11 @@ def predict(s: Scenario) -> dict[str, Any]:
         S = message_bytes(s.model_bytes, s.bits, s.tensors)
         steps, chunk = (n - 1, S) if s.bits == 8 else (2 * (n - 1), S / n)
         one, out = _ring_step(s, chunk)
-        comm = steps * one
+        alpha = max((_link(s, h).alpha for h in out), default=0.0)
+        packs = 1 if s.bits == 8 else s.packs  # each pack its messages, their bytes split
+        comm = steps * (one + (packs - 1) * alpha)
         if s.bits == 8:  # latency-only gathers beside the one that carries the bytes
-            comm += (GATHERS_8BIT - 1) * (n - 1) * max((_link(s, h).alpha for h in out), default=0.0)
+            comm += (GATHERS_8BIT - 1) * (n - 1) * alpha
         every = s.average_every if spec.averages else 1
         comm /= every
         for h, sent in out.items():
@@ -331,8 +346,7 @@ def predict(s: Scenario) -> dict[str, Any]:
         worker_time = fixed + comm
         rate = 1.0 / (worker_time + s.pauses)
         on_links = comm
-        messages = steps * (GATHERS_8BIT if s.bits == 8 else 1)
-        latency = messages * max((_link(s, h).alpha for h in out), default=0.0) / every
+        latency = steps * (GATHERS_8BIT if s.bits == 8 else packs) * alpha / every
     elif spec.has_ps:
         S = s.model_bytes
         shares = s.ps_shares or {f"ps:{j}": 1.0 / max(s.ps, 1) for j in range(s.ps)}
@@ -391,23 +405,6 @@ def predict(s: Scenario) -> dict[str, Any]:
     return out
 
 
-def without_pulls(s: Scenario, measured: float) -> float:
-    """A parameter-server worker's compute per step without its pulls of the variables, from
-    the ``measured`` compute of its anatomy, which times them inside the forward pass: the
-    compute C at which ``predict`` counts ``measured`` (C plus the pull, as the links
-    loaded by C let it go; C + pull grows with C). 0 when the pull alone takes longer."""
-    def counted(compute: float) -> float:
-        return predict(replace(s, compute=compute))["compute_time"]
-
-    low, high = 0.0, max(measured, 0.0)
-    if counted(low) >= measured:
-        return 0.0
-    for _ in range(40):  # bisection: 2^-40 of the measured time
-        mid = (low + high) / 2
-        low, high = (mid, high) if counted(mid) < measured else (low, mid)
-    return (low + high) / 2
-
-
 def _bottleneck(s: Scenario, p: dict[str, Any], fixed: float) -> tuple[str, str]:
     """The part that bounds the step, and one sentence saying why, with its numbers:
     the network when a step spends at least as long on links as outside them (``fixed``:
@@ -431,7 +428,7 @@ def _bottleneck(s: Scenario, p: dict[str, Any], fixed: float) -> tuple[str, str]
                 f"network-bound: {host}'s link carries {moved[host] / 1e6:.3g} MB per step at {speed}; "
                 f"predicted {rate:.3g} steps/s")
     if p["link_time"] >= fixed:  # messages between tasks of one host, over its loopback
-        per_ring = GATHERS_8BIT * (s.workers - 1) if s.bits == 8 else 2 * (s.workers - 1)
+        per_ring = GATHERS_8BIT * (s.workers - 1) if s.bits == 8 else 2 * (s.workers - 1) * s.packs
         messages = per_ring if ring(s.strategy) else 2 * len(s.cuts) if s.cuts else 2
         return "communication", (f"communication-bound: {p['link_time'] * 1e3:.3g} ms per step in {messages} "
                                  f"messages between the tasks over this machine's loopback "

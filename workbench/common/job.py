@@ -38,6 +38,7 @@ class Job:
     eval_data: object = None  # None (data's test split) | Data | callable dataset_fn(input_context)
     loss_name: str = ""  # the loss as Keras names it ("sparse_categorical_crossentropy", ...)
     compression: object = None  # None | "fp16" | "bf16" | "int8": the all-reduce's precision (engine/compression.py)
+    bytes_per_pack: int = 0  # the all-reduce's packs (TF's CommunicationOptions): 0, one pack
     anatomy: bool = True  # time the pieces of every step (common/anatomy.py)
     logs: bool = True  # capture each task's stdout and stderr (engine/tasklogs.py)
     # hosts whose engines do not see run_dir (set at launch): a chief there sends each

@@ -55,15 +55,18 @@ def _gate(clock, tensors):
     return after(clock, lambda: gated(tensors))
 
 
-def reducer(kind: str | None, variables: list,
-            op: str = "SUM") -> Callable[[list], tuple[list, tf.Tensor, tf.Tensor]]:
+def reducer(kind: str | None, variables: list, op: str = "SUM",
+            bytes_per_pack: int = 0) -> Callable[[list], tuple[list, tf.Tensor, tf.Tensor]]:
     """``reduce(tensors) -> (summed tensors, bytes handed to the collectives, codec seconds)``,
     run in a replica context. ``variables``: the tensors' shapes and dtypes (int8 keeps one error
     feedback variable per tensor, created now, outside any ``tf.function``). ``op``: "SUM"
-    or "MEAN" over the replicas."""
+    or "MEAN" over the replicas. ``bytes_per_pack``: TF's packing of the all-reduce (32 and
+    16 bits): the tensors, last first, grouped into packs of at least that many bytes as
+    sent, one all-reduce each (``cross_device_utils.group_by_size``; 0: one pack)."""
     import tensorflow as tf
 
     reduce_op = getattr(tf.distribute.ReduceOp, op)
+    options = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=bytes_per_pack)
 
     def replicas():
         return tf.cast(tf.distribute.get_replica_context().num_replicas_in_sync, tf.float32)
@@ -71,7 +74,7 @@ def reducer(kind: str | None, variables: list,
     if kind is None:
         def reduce(tensors):
             ctx = tf.distribute.get_replica_context()
-            return list(ctx.all_reduce(reduce_op, list(tensors))), _bytes(tensors), tf.constant(0.0, tf.float64)
+            return list(ctx.all_reduce(reduce_op, list(tensors), options)), _bytes(tensors), tf.constant(0.0, tf.float64)
         return reduce
 
     if kind in ("fp16", "bf16"):
@@ -82,7 +85,7 @@ def reducer(kind: str | None, variables: list,
             began = _clock(tensors)
             sent = [tf.cast(t, low) for t in _gate(began, tensors)]
             cast = _clock(sent)
-            summed = ctx.all_reduce(reduce_op, _gate(cast, sent))
+            summed = ctx.all_reduce(reduce_op, _gate(cast, sent), options)
             arrived = _clock(summed)
             out = [tf.cast(s, t.dtype) for s, t in zip(_gate(arrived, summed), tensors)]
             ended = _clock(out)  # read before the caller's next clock: its outputs wait for it

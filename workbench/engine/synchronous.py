@@ -28,7 +28,8 @@ def train(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> TaskR
     replicas = strategy.num_replicas_in_sync
     # with several replicas the step runs the gradients' all-reduce itself: timed, its bytes
     # counted (with or without the anatomy), and compressed when the job asks
-    reduce = compression.reducer(job.compression, build.trainable(t.model)) if replicas > 1 else None
+    reduce = compression.reducer(job.compression, build.trainable(t.model),
+                                  bytes_per_pack=job.bytes_per_pack) if replicas > 1 else None
     clip = build.aggregated_clipping(t.opt, replicas, summed=reduce is not None)
     replica_step = step.step_fn(t, build.loss(job), clip=clip, local_replicas=local, reduce=reduce,
                                 timed=job.anatomy)

@@ -300,7 +300,7 @@ class Cluster:
               average_every: int | None = None, metrics: Sequence[str | Any] | None = None,
               eval_data: Data | tuple | Callable[[Any], Any] | None = None, stall_timeout: float = 60.0,
               start_timeout: float = 180.0, dashboard: bool | None = None, compression: str | None = None,
-              anatomy: bool = True, logs: bool = True) -> Run:
+              bytes_per_pack: int = 0, anatomy: bool = True, logs: bool = True) -> Run:
         """Start a training run on the engines and return its ``Run`` at once.
 
         ``strategy``: "multi_worker_mirrored" (sync all-reduce over ``workers`` engines),
@@ -334,7 +334,10 @@ class Cluster:
         ``compression``: None (32 bits), "fp16", "bf16" or "int8": the precision of the
         all-reduce of "multi_worker_mirrored" (gradients) and "parameter_averaging" (each
         replica's change since the last average); int8 scales each tensor and feeds the
-        rounding error back into the next step. ``anatomy``: time the pieces of every step
+        rounding error back into the next step. ``bytes_per_pack``: TF's packing of that
+        all-reduce (``CommunicationOptions``): the gradients, last layer first, grouped into
+        packs of at least this many bytes, one all-reduce each, each paying its messages'
+        latency (0: all in one pack). ``anatomy``: time the pieces of every step
         (``run.anatomy()``). The bytes each step hands to the all-reduce (``comm_bytes`` in
         ``run.history``, and the dashboard's all-reduce line) are counted either way.
         ``logs``: capture every task's stdout and stderr, TensorFlow's C++ log included
@@ -350,7 +353,7 @@ class Cluster:
             steps_per_execution=steps_per_execution, checkpoint_every=checkpoint_every,
             eval_every=eval_every, variable_partitioner=variable_partitioner, devices=devices,
             average_every=average_every, metrics=metrics, eval_data=eval_data,
-            compression=compression, anatomy=anatomy, logs=logs,
+            compression=compression, bytes_per_pack=bytes_per_pack, anatomy=anatomy, logs=logs,
         )
         stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
         start_timeout = validate.positive_float("start_timeout", start_timeout)

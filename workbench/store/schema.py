@@ -38,6 +38,7 @@ class RunRecord(TypedDict):
     steps_per_execution: NotRequired[int]  # steps per tf.function call (absent in runs recorded before it)
     compression: NotRequired[str | None]  # the all-reduce's precision (None: float32)
     average_every: NotRequired[int]  # parameter_averaging: steps between averages
+    bytes_per_pack: NotRequired[int]  # the all-reduce's packs (0: one)
     started: float
     notebook: str | None
     kernel_pid: int

@@ -39,7 +39,7 @@ def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
     replica_step = step.step_fn(t, build.loss(job), global_batch_size=local, timed=job.anatomy, sends=True)
     outputs = 2 + len(t.metrics) + step.extra_outputs(job.anatomy, sends=True)
     variables = build.trainable(t.model)
-    reduce = compression.reducer(job.compression, variables, op="MEAN")
+    reduce = compression.reducer(job.compression, variables, op="MEAN", bytes_per_pack=job.bytes_per_pack)
     # compressed runs send each replica's change since the last average (cast or quantized),
     # not the parameters themselves: the parameters keep their 32 bits
     anchors = [tf.Variable(tf.convert_to_tensor(v), trainable=False) for v in variables] if job.compression else None

@@ -117,6 +117,19 @@ def trainable_bytes(placement: pd.DataFrame, split: bool = False) -> tuple[float
     return float(v["bytes"].sum()), int(v.variable.nunique())
 
 
+def tensor_bytes(placement: pd.DataFrame) -> list[float]:
+    """The float32 bytes of each trainable variable of one worker's replica, in the model's
+    order: what TF's packing groups (``costmodel.packs``)."""
+    v = placement[placement.variable.notna() & (placement.kind == "model") & (placement.role == "worker")]
+    if "trainable" in v and v.trainable.notna().any():
+        v = v[v.trainable.fillna(False).astype(bool)]
+    return [float(b) for b in v[v.task == v.task.min()]["bytes"]] if len(v) else []
+
+
+def _packs(placement: pd.DataFrame, bytes_per_pack: int, bits: int, scale: float = 1.0) -> int:
+    return costmodel.packs([b * scale * bits / 32 for b in tensor_bytes(placement)], bytes_per_pack)
+
+
 def _ps_shares(placement: pd.DataFrame) -> dict[str, float]:
     v = placement[placement.variable.notna() & (placement.kind == "model") & (placement.role == "ps")]
     total = float(v["bytes"].sum())
@@ -175,14 +188,16 @@ def scenario(run: Any) -> costmodel.Scenario:
     per_worker = job.workers if spec.has_ps else 1
     rate = figures.history_figures(run.history, job.global_batch_size, job.first_step)["steps_per_s"]
     pauses = max(0.0, (per_worker / rate - parts["step_time"]) / per_worker) if rate == rate and rate > 0 else 0.0
+    bits = BITS.get(job.compression, 32)
     s = costmodel.Scenario(
         strategy=job.strategy, workers=job.workers, model_bytes=model_bytes, compute=parts["compute"], hosts=hosts,
         links=links, ps=job.ps, ps_shares=_ps_shares(placement), tensors=tensors,
-        bits=BITS.get(getattr(job, "compression", None), 32), global_batch_size=job.global_batch_size,
+        packs=_packs(placement, job.bytes_per_pack, bits), bits=bits,
+        global_batch_size=job.global_batch_size,
         input=parts["input"], other=parts["other"] + parts["waiting"], pauses=pauses, cores=os.cpu_count(),
         compute_workers=job.workers, average_every=getattr(job, "average_every", 1) or 1, loopback=LOOPBACK)
     if spec.has_ps:  # the anatomy counts a worker's pulls of the variables in its compute
-        s = replace(s, compute=costmodel.without_pulls(s, parts["compute"]))
+        s = replace(s, compute=without_pulls(s, parts["compute"]))
     if spec.splits_model:  # the stages compute one after the other: one step's compute, as timed
         s = replace(s, cuts=_cuts(job.model, job.global_batch_size), label_bytes=_label_bytes(job),
                     compute_workers=1)
@@ -249,6 +264,23 @@ def explain(run: Any) -> Explanation:
     return Explanation(table, sentence, p, f"run {run.id}: {s.strategy}, {s.workers} worker(s), {s.ps} PS")
 
 
+def without_pulls(s: Scenario, measured: float) -> float:
+    """A parameter-server worker's compute per step without its pulls of the variables, from
+    the ``measured`` compute of its anatomy, which times them inside the forward pass: the
+    compute C at which ``predict`` counts ``measured`` (C plus the pull, as the links
+    loaded by C let it go; C + pull grows with C). 0 when the pull alone takes longer."""
+    def counted(compute: float) -> float:
+        return costmodel.predict(replace(s, compute=compute))["compute_time"]
+
+    low, high = 0.0, max(measured, 0.0)
+    if counted(low) >= measured:
+        return 0.0
+    for _ in range(40):  # bisection: 2^-40 of the measured time
+        mid = (low + high) / 2
+        low, high = (mid, high) if counted(mid) < measured else (low, mid)
+    return (low + high) / 2
+
+
 def _steady(h: pd.DataFrame, first_step: int = 1) -> pd.DataFrame:
     """The rows of the stretch the run's steps/s counts (its attempt from ``first_step``)."""
     if not len(h):
@@ -271,7 +303,7 @@ AS_CALIBRATED = "as calibrated"
 def predict(calibration: Any, *, workers: int | None = None, ps: int | None = None, link: str | None = AS_CALIBRATED,
             model_bytes: float | None = None, compression: str | None = AS_CALIBRATED,
             global_batch_size: int | None = None, cores: int | None | str = AS_CALIBRATED,
-            latency: float | None = None, device: str = "cpu") -> Explanation:
+            latency: float | None = None, bytes_per_pack: int | None = None, device: str = "cpu") -> Explanation:
     """``wb.predict(run, workers=8, link="1gbit", ...)``: the figures of a run like
     ``calibration`` (a finished run that measured its anatomy) but with another number of
     ``workers`` or ``ps`` tasks, another ``link`` rate for every host ("1gbit"; None:
@@ -282,7 +314,9 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     examples and parameters per worker: the calibration's seconds per example and
     parameter, at its share of the cores. ``latency``: seconds each message waits before its
     bytes, on every link (default: as measured here, ``LINK_ALPHA`` between hosts; a data
-    centre's RDMA or NCCL paths take tens of microseconds)."""
+    centre's RDMA or NCCL paths take tens of microseconds). ``bytes_per_pack``: the
+    all-reduce's packing (None: as calibrated), the calibration's tensors scaled to
+    ``model_bytes``."""
     if device != "cpu":
         raise invalid("device", device, "'cpu': the calibration measured this machine's CPU; a GPU's compute "
                       "cannot be derived from it (calibrate with a run on that GPU)")
@@ -303,6 +337,15 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     batch = base.global_batch_size if global_batch_size is None else \
         validate.positive_int("global_batch_size", global_batch_size)
     alpha = None if latency is None else validate.positive_float("latency", latency)
+    if bytes_per_pack is None:
+        packs = base.packs if size == base.model_bytes and bits == base.bits else _packs(
+            calibration.placement, calibration.job.bytes_per_pack, bits, size / base.model_bytes)
+    else:
+        validate.positive_int("bytes_per_pack", bytes_per_pack, minimum=0)
+        if bytes_per_pack and not spec.compressible or bytes_per_pack and bits == 8:
+            raise invalid("bytes_per_pack", bytes_per_pack, f"0 with strategy={base.strategy!r} and {bits}-bit "
+                          "messages (only a 32 or 16-bit all-reduce is packed)")
+        packs = _packs(calibration.placement, bytes_per_pack, bits, size / base.model_bytes)
     shared = base.cores if cores == AS_CALIBRATED else cores
     if shared is not None:
         shared = validate.positive_int("cores", shared)
@@ -325,7 +368,7 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
         host_link = {h: replace(link, alpha=alpha) for h, link in host_link.items()}
     s = costmodel.Scenario(
         strategy=base.strategy, workers=n, model_bytes=size, compute=compute, hosts=hosts, links=host_link, ps=k,
-        tensors=base.tensors, bits=bits, global_batch_size=batch, input=base.input, other=base.other,
+        tensors=base.tensors, packs=packs, bits=bits, global_batch_size=batch, input=base.input, other=base.other,
         pauses=base.pauses, cores=shared, compute_workers=1, average_every=base.average_every,
         loopback=LOOPBACK if alpha is None else replace(LOOPBACK, alpha=alpha),
         cuts=tuple(c * batch / base.global_batch_size for c in base.cuts),

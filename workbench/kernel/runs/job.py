@@ -28,7 +28,7 @@ def make_job(available: int | None, *, model: Callable, data: object, run_dir: s
 
 def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate, momentum, strategy, workers,
               ps, global_batch_size, steps, seed, steps_per_execution, checkpoint_every, eval_every,
-              variable_partitioner, devices, average_every, metrics, eval_data, compression, anatomy, logs):
+              variable_partitioner, devices, average_every, metrics, eval_data, compression, bytes_per_pack, anatomy, logs):
     strategy = validate.choice("strategy", strategy, strategies.names())
     spec = strategies.spec(strategy)
     if workers is None and spec.splits_model and isinstance(getattr(model, "devices", None), int):
@@ -62,6 +62,13 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
             raise invalid("compression", compression,
                           f"None with strategy={strategy!r} (only {_listed('compressible')} run an all-reduce to compress)")
         compression = validate.choice("compression", compression, COMPRESSION)
+    bytes_per_pack = validate.positive_int("bytes_per_pack", bytes_per_pack, minimum=0)
+    if bytes_per_pack and not spec.compressible:
+        raise invalid("bytes_per_pack", bytes_per_pack,
+                      f"0 with strategy={strategy!r} (only {_listed('compressible')} run an all-reduce to pack)")
+    if bytes_per_pack and compression == "int8":
+        raise invalid("bytes_per_pack", bytes_per_pack, "0 with compression='int8' (its 8-bit values are "
+                      "gathered as one tensor, not all-reduced in packs)")
     for name, value in (("anatomy", anatomy), ("logs", logs)):
         if not isinstance(value, bool):
             raise invalid(name, value, "True or False")
@@ -109,7 +116,7 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
         stop_check_every=max(steps_per_execution, 10), variable_partitioner=variable_partitioner,
         devices=devices, average_every=average_every, metrics=metrics, accuracy=accuracy, eval_data=eval_data,
         loss_name=loss_name,
-        compression=compression, anatomy=anatomy, logs=logs,
+        compression=compression, bytes_per_pack=bytes_per_pack, anatomy=anatomy, logs=logs,
     )
 
 
