@@ -7,6 +7,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -141,3 +142,11 @@ def test_each_walkthrough_says_how_long_it_ran_and_whether_it_needs_root_as_its_
         assert title[2] == mk.stamp_line(mk.run_time(nb), root), (name, title[:3])
         row = next(line for line in readme.splitlines() if line.startswith(f"| [`{name}`]"))
         assert row.endswith(f"| {mk.readme_time(mk.run_time(nb), root)} |"), row
+
+
+def test_the_teaching_claims_page_quotes_the_saved_notebooks():
+    """docs/teaching.md is written from the walkthroughs' saved outputs (tools/teaching.py):
+    a notebook executed again without it being rewritten fails here, and every claim's
+    pattern still finds its lines."""
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "teaching.py"), "--check"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

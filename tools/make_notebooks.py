@@ -107,6 +107,9 @@ def build(name):
                     "--inplace", "--ExecutePreprocessor.timeout=900", str(path)], check=True)
     stamp(name)
     print("wrote", path)
+    import teaching  # tools/: docs/teaching.md quotes the notebooks' outputs
+
+    teaching.OUT.write_text(teaching.render())
 
 
 if __name__ == "__main__":
