@@ -76,33 +76,33 @@ lever["efficiency, measured"] = lever["speed-up, measured"] / 2
 lever.round(2)
 """, volatile=True),
         code("""
-eff = lever["efficiency, measured"]
+share = lever["compute ms"] / (lever["compute ms"] + lever["all-reduce ms, measured"])
 comm = lever["all-reduce ms, measured"] / lever.loc[16, "all-reduce ms, measured"]
-ratio = lever["speed-up, measured"] / lever["speed-up, predicted"]
 grew = lever.loc[256, "compute ms"] / lever.loc[16, "compute ms"]
 print(f"from 16 to 256 examples per worker the compute grows >= 2.5x, and >= 2x as much as the all-reduce: "
       f"{grew >= 2.5 and grew >= 2 * comm[256]} (measured compute x{grew:.1f}, all-reduce {comm.round(2).tolist()})")
-print(f"so the efficiency rises with the batch per worker: at 256 >= 1.5x its value at 16: {eff[256] >= 1.5 * eff[16]} "
-      f"(measured {eff[16]:.2f} -> {eff[64]:.2f} -> {eff[256]:.2f})")
-print(f"the model's speed-ups are not below the measured ones by more than 5%: "
-      f"measured / predicted <= 1.05 at every batch: "
-      f"{bool((ratio <= 1.05).all())} (measured {ratio.round(2).tolist()})")
+print(f"so a worker's share of its step spent computing, C / (C + T_comm), the efficiency without overlap, "
+      f"rises with the batch per worker: at 256 >= 1.3x its value at 16: {share[256] >= 1.3 * share[16]} "
+      f"(measured {share[16]:.2f} -> {share[64]:.2f} -> {share[256]:.2f})")
 """),
         md("""
 The all-reduce moves the same 2.6 MB whatever the batch, so its time stays put while the
 compute grows with the examples: the share of the step spent communicating falls, and the
-efficiency rises. But the speed-ups are below 1: here 2 workers are *slower* than one
+efficiency rises. The claim reads it inside the 2-worker runs (compute and all-reduce of
+the same steps); the table's speed-up and efficiency divide by a single process timed at
+another moment, and on a busy machine they move with the load. And the speed-ups are below 1: here 2 workers are *slower* than one
 process. They share this machine's 2 cores, which the single process had to itself for its
 matrix products, and their all-reduce over loopback is itself CPU work on the same cores
 (gRPC's copies, both ways at once). Workers sharing cores is not scaling out; this is why
 the rest of this notebook predicts separate machines instead of measuring them. The
 model's all-reduce here comes from constants, loopback at about 0.8 GB/s and 1.5 ms a
 message (measured with 4-64 MB all-reduces on a loaded machine); the table puts the runs'
-own beside it. How close they come moves with the machine's load: on an idle machine within
-a few percent, on a busy one (this notebook under the test suite, beside other tests) the
-runs' all-reduce takes longer than the constants say and the model's speed-ups sit above
-the measured ones. So the last claim bounds the model from one side only: it does not
-predict less than the machine does.
+own beside it. How close they come moves with the machine's load: on a busy machine (this
+notebook under the test suite, beside other tests) the runs' all-reduce takes longer than
+the constants say, and the model's speed-ups sit above the measured ones. The table shows
+both, and no band checks them here. Walkthrough 09 checks
+the same model against rings on shaped links, where the link, not the loaded CPU, sets
+the pace.
 
 ## From 2 workers to 50: predicted
 
@@ -181,7 +181,7 @@ Read the table as the scaling book's roofline for data parallelism (its training
 CS336 writes the same bound as N <= 1 + B x W / C): below that batch per worker the ring is
 the bottleneck, above it the compute. Faster links lower the batch needed only while the
 bytes dominate; once the latency does (2 ms a message), only fewer, larger messages or
-fewer ring steps help: a batch of thousands per worker is what a 2 ms network asks.
+fewer ring steps help: a batch of tens of thousands per worker is what a 2 ms network asks.
 Inception's 40x on 50 GPUs ran large convolutional steps on each GPU (hundreds of
 milliseconds), on links of a few microseconds' latency.
 
@@ -214,10 +214,11 @@ pd.DataFrame(rows).set_index("messages")
 TF packs the gradients before its ring runs (`CommunicationOptions(bytes_per_pack=...)`,
 PyTorch's buckets): by default all of them in one pack, one all-reduce, so a step pays
 2(n-1) latencies once. `train(bytes_per_pack=N)` groups them, last layer first, into packs
-of at least N bytes, one all-reduce each, each paying its own 2(n-1) latencies for the same
+that each take tensors until they hold more than N bytes, one all-reduce each, each paying its own 2(n-1) latencies for the same
 bytes: the cost packing removes, (packs - 1) x 2(n-1) x alpha. That makes packing an
-instrument too. An MLP of 16 tensors (8 layers of 32), 2 workers of 16 examples: in 1 pack,
-in 16 (`bytes_per_pack=1`, a pack a tensor), and in 4 (packs of at least 5,000 bytes). The
+instrument too. An MLP of 16 tensors (7 hidden layers of 32 and an output layer), 2 workers of
+16 examples: in 1 pack,
+in 16 (`bytes_per_pack=1`, a pack a tensor), and in 4 (`bytes_per_pack=5000`). The
 first two measure alpha, the cost of one message on this machine: the growth of the
 all-reduce over 30 more messages. With it, the formula predicts the third.
 """),
@@ -242,7 +243,7 @@ packing.round(2)
 comm = packing["all-reduce ms, measured"]
 alpha = (comm[1] - comm[0]) / (2 * (packing.packs[1] - packing.packs[0]))  # ms a message
 four = comm[0] + 2 * (packing.packs[5000] - 1) * alpha
-print(f"the packs are TF's: 1, 16 and 4: {packing.packs.tolist() == [1, 16, 4]}")
+print(f"the model counts 1, 16 and 4 packs (TF's grouping, costmodel.packs): {packing.packs.tolist() == [1, 16, 4]}")
 print(f"a pack per tensor costs more than one pack, >= 0.1 ms a message: {alpha >= 0.1} "
       f"(measured alpha {alpha:.2f} ms a message)")
 print(f"4 packs, predicted from the other two with that alpha, measured / predicted within 0.75-1.5: "
@@ -268,8 +269,8 @@ pd.DataFrame(rows).set_index("bytes_per_pack")
         md("""
 The 50-worker tables are predicted, not measured. What this machine measured is the first
 table, the lever itself (a larger batch per worker raising the efficiency) and how far the
-model's prediction for 2 workers sits from it (optimistic: it underestimates the
-all-reduce on loopback), and what one message costs, from packing.
+model's prediction for 2 workers sits from it (the table's two all-reduce columns), and
+what one message costs, from packing.
 Walkthrough 09 measures the ring at 2, 3 and 4 workers on shaped links against the same
 model.
 """),

@@ -76,7 +76,7 @@ TRAINING: tuple[Option, ...] = (
                     "all-reduce's precision (default: 32 bits)"),
     Option("bytes_per_pack", 0, int,
            "multi_worker_mirrored, parameter_averaging: TF's packing of the all-reduce, gradients grouped into "
-           "packs of at least this many bytes, one all-reduce each (0: one pack)"),
+           "packs of about this many bytes or more, one all-reduce each (0: one pack)"),
     Option("anatomy", True, bool, "time the pieces of every step (run.anatomy())"),
     Option("logs", True, bool, "capture every task's stdout and stderr, TensorFlow's C++ log included (run.logs())"),
 )

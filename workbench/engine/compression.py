@@ -61,8 +61,8 @@ def reducer(kind: str | None, variables: list, op: str = "SUM",
     run in a replica context. ``variables``: the tensors' shapes and dtypes (int8 keeps one error
     feedback variable per tensor, created now, outside any ``tf.function``). ``op``: "SUM"
     or "MEAN" over the replicas. ``bytes_per_pack``: TF's packing of the all-reduce (32 and
-    16 bits): the tensors, last first, grouped into packs of at least that many bytes as
-    sent, one all-reduce each (``cross_device_utils.group_by_size``; 0: one pack)."""
+    16 bits): the tensors, last first, each pack taking tensors until it holds more than that
+    many bytes as sent, one all-reduce each (``cross_device_utils.group_by_size``; 0: one pack)."""
     import tensorflow as tf
 
     reduce_op = getattr(tf.distribute.ReduceOp, op)

@@ -336,8 +336,9 @@ class Cluster:
         replica's change since the last average); int8 scales each tensor and feeds the
         rounding error back into the next step. ``bytes_per_pack``: TF's packing of that
         all-reduce (``CommunicationOptions``): the gradients, last layer first, grouped into
-        packs of at least this many bytes, one all-reduce each, each paying its messages'
-        latency (0: all in one pack). ``anatomy``: time the pieces of every step
+        packs that each take tensors until they hold more than this many bytes (the last may
+        hold less), one all-reduce each, each paying its messages' latency (0: all in one
+        pack). ``anatomy``: time the pieces of every step
         (``run.anatomy()``). The bytes each step hands to the all-reduce (``comm_bytes`` in
         ``run.history``, and the dashboard's all-reduce line) are counted either way.
         ``logs``: capture every task's stdout and stderr, TensorFlow's C++ log included

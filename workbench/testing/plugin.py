@@ -90,9 +90,15 @@ def _tolerant(compare: Any) -> Any:
                 saved["data"].get(mime), str) else v for mime, v in new["data"].items()})
         return out
 
+    def kind(output: dict) -> tuple:
+        return output.get("output_type"), output.get("name")
+
     def compare_outputs(test: list, ref: list, skip_compare: Any = None) -> bool:
-        near = [tolerated(t, r) if t.get("output_type") == r.get("output_type") else t for t, r in zip(test, ref)]
-        return compare(near + list(test[len(ref):]), ref, skip_compare)
+        saved = {}  # each new output against the saved one of its kind (stdout, stderr, a display) in order
+        for r in ref:
+            saved.setdefault(kind(r), []).append(r)
+        near = [tolerated(t, saved[kind(t)].pop(0)) if saved.get(kind(t)) else t for t in test]
+        return compare(near, ref, skip_compare)
 
     return compare_outputs
 

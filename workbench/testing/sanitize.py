@@ -16,12 +16,14 @@ a user's ``--nbval-sanitize-with`` file. Pure: ``sanitize(text)`` is what nbval 
 - ``(measured ...)``: a claim's measured value beside it (``wb.within`` prints one): the
   claim is compared, the number shown.
 
-``tolerate``: a run's figures that a seeded run reproduces (its check line's final loss and
-test metrics) are compared within ``FIGURES``' tolerances, not digit for digit: TensorFlow's
-oneDNN kernels round differently on different CPU types, and the same seeded runs read a
-final loss of 0.0815 on one machine and 0.0814 on another (3,000 steps of a parameter-server
-run; the 4th digit), a test accuracy 0.003 apart. The plugin applies it to each new output
-against the saved one before nbval compares them.
+``tolerate``: the figures a seeded run reproduces, in a run's check line only (``workbench
+run ...``: its final loss and test metrics), are compared within ``FIGURES``' tolerances, not
+digit for digit: TensorFlow's oneDNN kernels round differently on different CPU types. The
+same seeded 3,000-step parameter-server run read a final loss of 0.0815 on one machine type
+and 0.0814 on another (0.12%): losses are compared to 1%. Test accuracy moves by whole
+examples (1/359 of the digits' test split): to 0.006, two examples. Other printed numbers
+are compared as printed. The plugin applies it to each new output against the saved output
+of the same kind before nbval compares them.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ def tolerate(new: str, saved: str) -> str:
     """``new`` with each figure (``FIGURES``) that lies within its tolerance of the same figure
     in ``saved`` written as ``saved`` writes it; the others, and any text whose figures are
     not the same ones in the same order, as they are."""
+    if "workbench run " not in new or "workbench run " not in saved:  # not a run's check line
+        return new
     got, want = list(_FIGURE.finditer(new)), list(_FIGURE.finditer(saved))
     if not got or [m.group(1) for m in got] != [m.group(1) for m in want]:
         return new

@@ -342,9 +342,12 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
             calibration.placement, calibration.job.bytes_per_pack, bits, size / base.model_bytes)
     else:
         validate.positive_int("bytes_per_pack", bytes_per_pack, minimum=0)
-        if bytes_per_pack and not spec.compressible or bytes_per_pack and bits == 8:
-            raise invalid("bytes_per_pack", bytes_per_pack, f"0 with strategy={base.strategy!r} and {bits}-bit "
-                          "messages (only a 32 or 16-bit all-reduce is packed)")
+        if bytes_per_pack and not spec.compressible:
+            raise invalid("bytes_per_pack", bytes_per_pack, f"0 with strategy={base.strategy!r} (nothing is "
+                          "all-reduced)")
+        if bytes_per_pack and bits == 8:
+            raise invalid("bytes_per_pack", bytes_per_pack, "0 with 8-bit messages (gathered as one tensor, "
+                          "not all-reduced in packs)")
         packs = _packs(calibration.placement, bytes_per_pack, bits, size / base.model_bytes)
     shared = base.cores if cores == AS_CALIBRATED else cores
     if shared is not None:
