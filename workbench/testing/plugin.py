@@ -77,8 +77,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _tolerant(compare: Any) -> Any:
     """nbval's ``compare_outputs(new, saved)`` of a cell, given each new output's figures
-    written as the saved output at the same place writes them where they are close
-    (``sanitize.tolerate``)."""
+    written as the saved output of the same kind (a stream by its name, a display, a
+    result; in order) writes them where they are close (``sanitize.tolerate``)."""
     from workbench.testing.sanitize import tolerate
 
     def tolerated(new: dict, saved: dict) -> dict:
