@@ -246,7 +246,8 @@ packing.round(2)
 comm = packing["all-reduce ms, measured"]
 alpha = (comm[1] - comm[0]) / (2 * (packing.packs[1] - packing.packs[0]))  # ms a message
 four = comm[0] + 2 * (packing.packs[5000] - 1) * alpha
-print(f"the model counts 1, 16 and 4 packs (TF's grouping, costmodel.packs): {packing.packs.tolist() == [1, 16, 4]}")
+print(f"the model counts 1, 16 and 4 packs (TF's grouping, costmodel.packs): {packing.packs.tolist() == [1, 16, 4]} "
+      f"(counted {packing.packs.tolist()} for bytes_per_pack {packing.index.tolist()})")
 print(f"a pack per tensor costs more than one pack, >= 0.1 ms a message: {alpha >= 0.1} "
       f"(measured alpha {alpha:.2f} ms a message)")
 print(f"4 packs cost between 1 and 16: {comm[0] < comm[5000] < comm[1]} (measured {comm[5000]:.2f} ms; "

@@ -338,8 +338,7 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
         validate.positive_int("global_batch_size", global_batch_size)
     alpha = None if latency is None else validate.positive_float("latency", latency)
     if bytes_per_pack is None:
-        packs = base.packs if size == base.model_bytes and bits == base.bits else _packs(
-            calibration.placement, calibration.job.bytes_per_pack, bits, size / base.model_bytes)
+        bytes_per_pack = calibration.job.bytes_per_pack
     else:
         validate.positive_int("bytes_per_pack", bytes_per_pack, minimum=0)
         if bytes_per_pack and not spec.compressible:
@@ -348,7 +347,7 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
         if bytes_per_pack and bits == 8:
             raise invalid("bytes_per_pack", bytes_per_pack, "0 with 8-bit messages (gathered as one tensor, "
                           "not all-reduced in packs)")
-        packs = _packs(calibration.placement, bytes_per_pack, bits, size / base.model_bytes)
+    packs = _packs(calibration.placement, bytes_per_pack, bits, size / base.model_bytes)
     shared = base.cores if cores == AS_CALIBRATED else cores
     if shared is not None:
         shared = validate.positive_int("cores", shared)
