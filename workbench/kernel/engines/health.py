@@ -37,26 +37,47 @@ def unreachable(targets: Sequence[str], timeout: float = 2.0) -> list[str]:
     return [t for t, a in answers(targets, timeout).items() if a != "open"]
 
 
+def _threads(report: list[str]) -> list[list[str]]:
+    """The thread blocks of a ``faulthandler`` report: each its header line ("Current
+    thread 0x…" or "Thread 0x…") and its frames, innermost first."""
+    blocks: list[list[str]] = []
+    for line in report:
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            blocks.append([line])
+        elif blocks and line.startswith("  File "):
+            blocks[-1].append(line)
+    return blocks
+
+
 def crashed_in_profiler(output: str) -> bool:
     """Does an engine's last output (``Cluster.engine_output``) show its process dying of a
     fatal signal inside TF's profiler (``wb.ProfilerCrashed``), per its ``faulthandler``
-    report of the crashing thread?"""
+    report? The crashing thread's innermost frame is in TF's profiler; or, when the signal
+    hit a thread without Python (one of TF's own: the report then has no "Current thread"),
+    a Python thread's innermost frame is (the one that called the profiler and waits in it)."""
     crash = output.rfind("Fatal Python error")
-    current = output.find("Current thread", crash)
-    if crash < 0 or current < 0:
+    if crash < 0:
         return False
-    innermost = (output[current:].splitlines() + [""])[1]  # the frame after the thread's header line
-    return "tensorflow/python/profiler/" in innermost
+    blocks = _threads(output[crash:].splitlines())
+    current = [b for b in blocks if b[0].startswith("Current thread")]
+    return any(len(b) > 1 and "tensorflow/python/profiler/" in b[1] for b in current or blocks)
 
 
 def log_tail(text: str, lines: int = 12) -> str:
     """The end of an engine's log (``Cluster.engine_output``): its last ``lines`` lines
     without the per-request ones; for a process that crashed, ``faulthandler``'s "Fatal
-    Python error" line and the crashing thread's innermost ``lines`` frames."""
+    Python error" line and the crashing thread's innermost ``lines`` frames, or, when the
+    signal hit a thread without Python, each Python thread's header and innermost frame
+    (the main thread, listed last by ``faulthandler``, first), within ``lines`` lines."""
     kept = [line for line in text.splitlines() if "Handling apply_request" not in line]
     crash = [i for i, line in enumerate(kept) if line.startswith("Fatal Python error")]
     if not crash:
         return "\n".join(kept[-lines:])
     report = kept[crash[-1]:]
-    at = next((i for i, line in enumerate(report) if line.startswith("Current thread")), 0)
-    return "\n".join([report[0], *report[at:at + 1 + lines]] if at else report[:1 + lines])
+    blocks = _threads(report)
+    current = [b for b in blocks if b[0].startswith("Current thread")]
+    if current:
+        return "\n".join([report[0], *current[0][:1 + lines]])
+    if blocks:
+        return "\n".join([report[0], *[line for b in reversed(blocks) for line in b[:2]][:lines]])
+    return "\n".join(report[:1 + lines])
