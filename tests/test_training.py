@@ -244,6 +244,23 @@ def test_resume_continues_from_the_checkpoint_with_the_exact_step_count(cluster4
     assert relative_difference(second.weights(), straight.weights()) < 1e-5
 
 
+def test_a_gradient_delay_applies_each_steps_gradients_that_many_steps_later(cluster4):
+    """``gradient_delay=3`` (single): the first 3 updates apply nothing, the 4th the first
+    step's gradients, computed on the initial variables: with plain SGD, 4 delayed steps are
+    the undelayed run's first. The gradients in waiting are checkpointed: a resumed delayed
+    run ends where one straight run does (a delay line restarted empty would not)."""
+    args = dict(strategy="single", workers=1, global_batch_size=64, learning_rate=0.1, seed=2)
+    first_step = cluster4.train(MLP, DIGITS, steps=1, checkpoint_every=0, **args).wait(timeout=300)
+    delayed = cluster4.train(MLP, DIGITS, steps=4, gradient_delay=3, checkpoint_every=0, **args).wait(timeout=300)
+    assert relative_difference(delayed.weights(), first_step.weights()) < 1e-6
+    assert relative_difference(delayed.weights(), cluster4.train(
+        MLP, DIGITS, steps=2, checkpoint_every=0, **args).wait(timeout=300).weights()) > 1e-3
+    part = cluster4.train(MLP, DIGITS, steps=6, gradient_delay=3, checkpoint_every=0, **args).wait(timeout=300)
+    resumed = part.resume(steps=12).wait(timeout=300)
+    straight = cluster4.train(MLP, DIGITS, steps=12, gradient_delay=3, checkpoint_every=0, **args).wait(timeout=300)
+    assert relative_difference(resumed.weights(), straight.weights()) < 1e-6
+
+
 def test_stop_ends_every_worker_at_the_same_step_and_keeps_a_checkpoint(cluster4):
     run = cluster4.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, steps=1_000_000,
                         global_batch_size=64, checkpoint_every=0)

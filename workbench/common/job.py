@@ -39,6 +39,7 @@ class Job:
     loss_name: str = ""  # the loss as Keras names it ("sparse_categorical_crossentropy", ...)
     compression: object = None  # None | "fp16" | "bf16" | "int8": the all-reduce's precision (engine/compression.py)
     bytes_per_pack: int = 0  # the all-reduce's packs (TF's CommunicationOptions): 0, one pack
+    gradient_delay: int = 0  # single: each step applies the gradients of the step this many before (engine/step.py: delayed)
     anatomy: bool = True  # time the pieces of every step (common/anatomy.py)
     logs: bool = True  # capture each task's stdout and stderr (engine/tasklogs.py)
     # hosts whose engines do not see run_dir (set at launch): a chief there sends each

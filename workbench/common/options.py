@@ -77,6 +77,9 @@ TRAINING: tuple[Option, ...] = (
     Option("bytes_per_pack", 0, int,
            "multi_worker_mirrored, parameter_averaging: TF's packing of the all-reduce, gradients grouped into "
            "packs of about this many bytes or more, one all-reduce each (0: one pack)"),
+    Option("gradient_delay", 0, int,
+           "single: apply each step's gradients this many steps later, the staleness every update of an "
+           "asynchronous run of gradient_delay + 1 equally fast workers has, emulated in one process (0: at once)"),
     Option("anatomy", True, bool, "time the pieces of every step (run.anatomy())"),
     Option("logs", True, bool, "capture every task's stdout and stderr, TensorFlow's C++ log included (run.logs())"),
 )

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from workbench.engine import build, control, keras_metrics, placement, rundir
+from workbench.engine import step as step_fns
 from workbench.engine.startup import debug
 from workbench.engine.board import Board
 from workbench.engine.metrics import Publisher
@@ -44,6 +45,7 @@ class Training:
     manager: tf.train.CheckpointManager
     board: Board
     metrics: Metrics
+    delay_line: list = field(default_factory=list)  # job.gradient_delay's gradients in waiting (step.delayed)
 
 
 def check_loss(loss: float, step: int, worker: str, job: Job) -> None:
@@ -77,9 +79,11 @@ def _state(strategy, job):
         opt = build.optimizer(job)
         opt.build(build.trainable(model))
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        line = step_fns.delay_line(build.trainable(model), job.gradient_delay)
     build.check_fit(model, job, build.loss(job))  # the evaluation data too: now, not after training
-    ckpt = tf.train.Checkpoint(model=model, optimizer=opt, step=step)
-    return model, opt, step, ckpt
+    # a delay line's gradients in waiting are saved with the model: a resume applies them in turn
+    ckpt = tf.train.Checkpoint(model=model, optimizer=opt, step=step, **({"delayed": line} if line else {}))
+    return model, opt, step, ckpt, line
 
 
 def _io_options(job):
@@ -119,13 +123,13 @@ def prepare(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> Tra
     import tensorflow as tf
 
     pub = Publisher(job.run_dir, ctx.name)
-    model, opt, step, ckpt = _state(strategy, job)
+    model, opt, step, ckpt, line = _state(strategy, job)
     start = _restore(job, ckpt)
     manager = tf.train.CheckpointManager(ckpt, _checkpoint_dir(job, ctx), max_to_keep=3)
     pub.event("placement", tasks=[dict(ctx.task_row, devices=placement.devices(ctx.task))],
               variables=placement.variables(model, ctx.task, opt))
     board = Board(job.run_dir, ctx.is_chief)
-    t = Training(job, ctx, pub, model, opt, step, start, manager, board, keras_metrics.metrics(job))
+    t = Training(job, ctx, pub, model, opt, step, start, manager, board, keras_metrics.metrics(job), line)
     # what a console on this engine sees while it trains (``run.console``)
     debug.track(model=model, optimizer=opt, step=step, strategy=strategy, job=job, task=ctx, training=t)
     return t

@@ -129,6 +129,35 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
     return tf.autograph.experimental.do_not_convert(replica_step)
 
 
+def delay_line(variables: list, delay: int) -> list:
+    """``delay`` slots for each variable's gradient, zeros at first (``job.gradient_delay``;
+    none for 0): what ``delayed`` keeps, created with the model and checkpointed with it."""
+    import tensorflow as tf
+
+    return [tf.Variable(tf.zeros([delay, *v.shape], v.dtype), trainable=False, name=f"delayed_{i}")
+            for i, v in enumerate(variables)] if delay else []
+
+
+def delayed(line: list, step: tf.Variable) -> Callable[[list], list]:
+    """``delay(grads)``: the gradients handed to it ``len(slots)`` steps ago (zeros for a
+    run's first steps), this step's kept in their place: every update then applies a
+    gradient computed on the variables as they were that many updates before, the
+    staleness of an asynchronous run whose ``delay + 1`` workers are equally fast. The slot
+    is the global step modulo the delay (read before this step counts itself)."""
+    import tensorflow as tf
+
+    def delay(grads):
+        slot = tf.math.floormod(step.read_value(), tf.cast(tf.shape(line[0])[0], step.dtype))
+        old = [tf.gather(slots, slot) for slots in line]
+        with tf.control_dependencies(old):
+            kept = [slots.scatter_update(tf.IndexedSlices(tf.convert_to_tensor(g)[None], slot[None]))
+                    if g is not None else slots for slots, g in zip(line, grads)]
+        with tf.control_dependencies([k.op if hasattr(k, "op") else k for k in kept]):
+            return [tf.identity(o) for o in old]
+
+    return delay
+
+
 def after(deps: Any, value: Any) -> Any:
     """``value`` (a tensor, through ``tf.identity``, or what a callable makes: a clock read)
     created after every tensor and op in ``deps`` has run: how a step's timers bracket the

@@ -31,6 +31,9 @@ def train(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> TaskR
     reduce = compression.reducer(job.compression, build.trainable(t.model),
                                   bytes_per_pack=job.bytes_per_pack) if replicas > 1 else None
     clip = build.aggregated_clipping(t.opt, replicas, summed=reduce is not None)
+    if t.delay_line:  # job.gradient_delay (single): each update applies an earlier step's gradients
+        delay = step.delayed(t.delay_line, t.step)
+        clip = delay if clip is None else (lambda grads, clip=clip: delay(clip(grads)))
     replica_step = step.step_fn(t, build.loss(job), clip=clip, local_replicas=local, reduce=reduce,
                                 timed=job.anatomy)
     outputs = 2 + len(t.metrics) + step.extra_outputs(job.anatomy, sends=reduce is not None)

@@ -300,7 +300,7 @@ class Cluster:
               average_every: int | None = None, metrics: Sequence[str | Any] | None = None,
               eval_data: Data | tuple | Callable[[Any], Any] | None = None, stall_timeout: float = 60.0,
               start_timeout: float = 180.0, dashboard: bool | None = None, compression: str | None = None,
-              bytes_per_pack: int = 0, anatomy: bool = True, logs: bool = True) -> Run:
+              bytes_per_pack: int = 0, gradient_delay: int = 0, anatomy: bool = True, logs: bool = True) -> Run:
         """Start a training run on the engines and return its ``Run`` at once.
 
         ``strategy``: "multi_worker_mirrored" (sync all-reduce over ``workers`` engines),
@@ -338,7 +338,10 @@ class Cluster:
         all-reduce (``CommunicationOptions``): the gradients, last layer first, grouped into
         packs that each take tensors until they hold more than this many bytes (the last may
         hold less), one all-reduce each, each paying its messages' latency (0: all in one
-        pack). ``anatomy``: time the pieces of every step
+        pack). ``gradient_delay``: "single" only, each step applies the gradients computed
+        that many steps before (the first ``gradient_delay`` steps apply none): the staleness
+        every update of an asynchronous run of ``gradient_delay + 1`` equally fast workers
+        has, emulated in one process (a resumed run's delay line starts empty). ``anatomy``: time the pieces of every step
         (``run.anatomy()``). The bytes each step hands to the all-reduce (``comm_bytes`` in
         ``run.history``, and the dashboard's all-reduce line) are counted either way.
         ``logs``: capture every task's stdout and stderr, TensorFlow's C++ log included
@@ -354,7 +357,8 @@ class Cluster:
             steps_per_execution=steps_per_execution, checkpoint_every=checkpoint_every,
             eval_every=eval_every, variable_partitioner=variable_partitioner, devices=devices,
             average_every=average_every, metrics=metrics, eval_data=eval_data,
-            compression=compression, bytes_per_pack=bytes_per_pack, anatomy=anatomy, logs=logs,
+            compression=compression, bytes_per_pack=bytes_per_pack, gradient_delay=gradient_delay, anatomy=anatomy,
+            logs=logs,
         )
         stall_timeout = validate.positive_float("stall_timeout", stall_timeout)
         start_timeout = validate.positive_float("start_timeout", start_timeout)

@@ -39,6 +39,7 @@ class RunRecord(TypedDict):
     compression: NotRequired[str | None]  # the all-reduce's precision (None: float32)
     average_every: NotRequired[int]  # parameter_averaging: steps between averages
     bytes_per_pack: NotRequired[int]  # the all-reduce's packs (0: one)
+    gradient_delay: NotRequired[int]  # single: steps each update's gradients wait (0: none)
     started: float
     notebook: str | None
     kernel_pid: int

@@ -28,7 +28,8 @@ def make_job(available: int | None, *, model: Callable, data: object, run_dir: s
 
 def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate, momentum, strategy, workers,
               ps, global_batch_size, steps, seed, steps_per_execution, checkpoint_every, eval_every,
-              variable_partitioner, devices, average_every, metrics, eval_data, compression, bytes_per_pack, anatomy, logs):
+              variable_partitioner, devices, average_every, metrics, eval_data, compression, bytes_per_pack, gradient_delay,
+              anatomy, logs):
     strategy = validate.choice("strategy", strategy, strategies.names())
     spec = strategies.spec(strategy)
     if workers is None and spec.splits_model and isinstance(getattr(model, "devices", None), int):
@@ -69,6 +70,11 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
     if bytes_per_pack and compression == "int8":
         raise invalid("bytes_per_pack", bytes_per_pack, "0 with compression='int8' (its 8-bit values are "
                       "gathered as one tensor, not all-reduced in packs)")
+    gradient_delay = validate.positive_int("gradient_delay", gradient_delay, minimum=0)
+    if gradient_delay and strategy != "single":
+        raise invalid("gradient_delay", gradient_delay,
+                      f"0 with strategy={strategy!r} (a delay emulates asynchronous staleness in one process: "
+                      "strategy='single'; a parameter_server run's own staleness is measured in run.history)")
     for name, value in (("anatomy", anatomy), ("logs", logs)):
         if not isinstance(value, bool):
             raise invalid(name, value, "True or False")
@@ -116,7 +122,8 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
         stop_check_every=max(steps_per_execution, 10), variable_partitioner=variable_partitioner,
         devices=devices, average_every=average_every, metrics=metrics, accuracy=accuracy, eval_data=eval_data,
         loss_name=loss_name,
-        compression=compression, bytes_per_pack=bytes_per_pack, anatomy=anatomy, logs=logs,
+        compression=compression, bytes_per_pack=bytes_per_pack, gradient_delay=gradient_delay, anatomy=anatomy,
+        logs=logs,
     )
 
 

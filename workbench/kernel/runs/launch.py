@@ -102,7 +102,7 @@ def _write_record(cluster, job, tasks):
         "devices": job.devices, "steps": job.steps, "global_batch_size": job.global_batch_size,
         "steps_per_execution": job.steps_per_execution,
         "compression": job.compression, "average_every": job.average_every,
-        "bytes_per_pack": job.bytes_per_pack, "started": time.time(), "notebook": os.environ.get("JPY_SESSION_NAME"), "kernel_pid": os.getpid(),
+        "bytes_per_pack": job.bytes_per_pack, "gradient_delay": job.gradient_delay, "started": time.time(), "notebook": os.environ.get("JPY_SESSION_NAME"), "kernel_pid": os.getpid(),
         "profile": cluster.profile if cluster.attached else None,
         "tasks": [{"role": t.role, "index": t.index, "engine": t.engine_id, "host": info[t.engine_id].host,
                    "pid": info[t.engine_id].pid} for t in tasks],

@@ -139,7 +139,7 @@ class RecordedRun(BaseRun):
             global_batch_size=started.get("global_batch_size"), devices=started.get("devices", 0),
             steps_per_execution=started.get("steps_per_execution") or 1, attempt=started.get("attempt", 0),
             compression=started.get("compression"), average_every=started.get("average_every", 1),
-            bytes_per_pack=started.get("bytes_per_pack", 0),
+            bytes_per_pack=started.get("bytes_per_pack", 0), gradient_delay=started.get("gradient_delay", 0),
             first_step=started.get("first_step", 1))
         tasks = [SimpleNamespace(name=f"{t['role']}:{t['index']}", role=t["role"], index=t["index"],
                                  engine_id=t.get("engine"), host=t.get("host")) for t in started.get("tasks", [])]
