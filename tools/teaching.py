@@ -66,8 +66,12 @@ CLAIMS = [
      "ImageNet's 8k batch and 256 GPUs: not measured (the digits' 1,438 examples, one CPU)"),
     (11, "Async PS: with n equal workers a gradient is about n-1 updates stale (ML Systems book)",
      [("02_parameter_server", [r"^two workers, most steps fresh"]),
-      ("09_network_bottleneck", [r"^staleness, other updates applied"])],
-     "TF's PS runtime here mostly serves one call's PS work at a time: staleness stays near 0, not n-1"),
+      ("09_network_bottleneck", [r"^staleness, other updates applied"]),
+      ("05_sync_vs_async", [r"^delays 1 and 3 learn as delay 0", r"^delay 15 does not learn",
+                            r"^each delay's largest learning rate within", r"^from delay 0 to delay 15"])],
+     "TF's PS runtime here mostly serves one call's PS work at a time: staleness stays near 0, not n-1; 05 "
+     "emulates a staleness of n-1 (train(gradient_delay=n-1)) and measures what it costs against the delay's "
+     "stability bound"),
     (12, "Checkpoint interval ~ sqrt(2 x write time x MTBF) (Young 1974, Daly 2006)",
      [("07_fault_tolerance", [r"^the replacement's first step within",
                               r"^a checkpoint to continue from \(a multiple"])],
