@@ -16,11 +16,18 @@ formula's bytes. Targets (issue 38) where the link is the bottleneck: median ste
 in 0.9-1.1, every cell in 0.8-1.25, bytes per link in 0.95-1.1. Writes predict.json,
 predict.md and predict.png (measured against predicted steps/s, a point per cell) to
 bench/results/.
+
+First, on unshaped links, ``wb.calibrate_links`` measures the bed's path (alpha, the CPU per
+byte) with TF's ring; each cell is then explained twice: with that calibration (the
+``ratio`` columns) and with the model's built-in constants (``ratio_constants``), from the
+same run. The calibration is the benchmark's own: the machine's is not written.
 """
 
 import argparse
 import itertools
 import json
+import os
+import tempfile
 import statistics
 import time
 import warnings
@@ -47,7 +54,27 @@ CUTS = {"narrow": (0, 0, 1), "wide": (0, 1, 1)}  # split_mlp((256, 16)): the sta
 SPLIT_BATCH = 64
 
 
-def cell(cluster, bed, data, strategy, workers, ps, rate, model_bytes, compression, guess, model=None):
+def explained(run, paths):
+    """(``run.explain()`` with ``paths``, ``wb.calibrate_links``' figures, as this machine's
+    calibration, the same with the model's built-in constants), from a home of their own."""
+    from workbench.store import calibration
+
+    kept = os.environ.get("WORKBENCH_HOME")
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["WORKBENCH_HOME"] = home
+        try:
+            constants = run.explain()
+            for name, figures in paths.items():
+                calibration.write(name, figures)
+            return run.explain(), constants
+        finally:
+            if kept is None:
+                os.environ.pop("WORKBENCH_HOME", None)
+            else:
+                os.environ["WORKBENCH_HOME"] = kept
+
+
+def cell(cluster, bed, data, strategy, workers, ps, rate, model_bytes, compression, guess, model=None, paths=None):
     """One run of the grid, explained: a dict of its predicted and measured figures."""
     for host in bed.hosts:
         bed.set_link(host, rate)
@@ -57,10 +84,12 @@ def cell(cluster, bed, data, strategy, workers, ps, rate, model_bytes, compressi
     run = cluster.train(model or model_for(model_bytes), data, strategy=strategy, workers=workers, ps=ps,
                         global_batch_size=batch, steps=steps, steps_per_execution=spe, checkpoint_every=0,
                         compression=compression, learning_rate=0.01, seed=0, dashboard=False).wait(timeout=1800)
-    e = run.explain()
+    e, plain = explained(run, paths or {})
     t = e.table.set_index("figure")
     sent = t[t.index.str.contains("link bytes sent per step")]
+    constants = plain.table.set_index("figure").loc["steps/s"]
     return {
+        "predicted_constants": float(constants.predicted), "ratio_constants": float(constants.ratio),
         "strategy": strategy, "workers": workers, "ps": ps, "rate": rate, "model_bytes": model_bytes,
         "compression": compression or "fp32", "steps": steps,
         "predicted": float(t.loc["steps/s", "predicted"]), "measured": float(t.loc["steps/s", "measured"]),
@@ -105,23 +134,28 @@ def main(argv=None):
     with bed, warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # TF's servers on the bed's network: expected here
         with wb.Cluster(**bed.ssh_cluster(1), timeout=180) as cluster:
+            for host in bed.hosts:
+                bed.set_link(host, None)
+            veth = wb.calibrate_links(cluster, save=False)
+            print("calibrated:", {k: v for k, v in veth.items() if k != "runs"}, flush=True)
+            paths = {"veth": {k: v for k, v in veth.items() if k != "path"}}
             for n, rate, model, bits in ring:
                 guess = _guess(n, rate, MODELS[model], bits)  # steps/s from the formula alone: sizes the run
                 cells.append(cell(cluster, bed, data, "multi_worker_mirrored", n, 0, rate, MODELS[model],
-                                  BITS[bits], guess))
+                                  BITS[bits], guess, paths=paths))
                 print(_line(cells[-1]), flush=True)
             for n, k in ps_cells:
                 cells.append(cell(cluster, bed, data, "parameter_server", n, k, "100mbit", MODELS["1 MB"], None,
-                                  _guess(2, "100mbit", 2 * MODELS["1 MB"], "fp32") * n))
+                                  _guess(2, "100mbit", 2 * MODELS["1 MB"], "fp32") * n, paths=paths))
                 print(_line(cells[-1]), flush=True)
             for rate, cut in split_cells:
                 model = wb.models.split_mlp((256, 16), devices=2, stages=CUTS[cut])
                 width = model.cut_widths()[0]
                 guess = 1 / (2 * SPLIT_BATCH * width * 4 * 8 / rates.parse_rate(rate) + 0.01)
                 cells.append(cell(cluster, bed, data, "model_parallel", 2, 0, rate, 2.0 * SPLIT_BATCH * width * 4,
-                                  None, guess, model=model))
+                                  None, guess, model=model, paths=paths))
                 print(_line(cells[-1]), flush=True)
-    meta = {"quick": args.quick, "seconds": round(time.time() - t0, 1), "machine": machine()}
+    meta = {"quick": args.quick, "seconds": round(time.time() - t0, 1), "machine": machine(), "calibration": veth}
     summary = summarize(cells)
     OUT.mkdir(exist_ok=True)
     (OUT / f"{args.out}.json").write_text(json.dumps({"meta": meta, "summary": summary, "cells": cells}, indent=1))
@@ -142,7 +176,8 @@ def _guess(n, rate, model_bytes, bits):
 def _line(c):
     return (f"{c['strategy']} n={c['workers']} ps={c['ps']} {c['rate']} {c['model_bytes'] / 1e6:g} MB "
             f"{c['compression']}: measured {c['measured']:.3g} / predicted {c['predicted']:.3g} steps/s = "
-            f"{c['ratio']:.2f}; bytes {_span(c['bytes_ratios'])}; {c['bottleneck']}")
+            f"{c['ratio']:.2f} (built-in constants: {c['ratio_constants']:.2f}); bytes {_span(c['bytes_ratios'])}; "
+            f"{c['bottleneck']}")
 
 
 def _span(values):
@@ -153,7 +188,10 @@ def summarize(cells):
     bound = [c for c in cells if c["bottleneck"].startswith("network")]
     ratios = [c["ratio"] for c in bound]
     data = [r for c in cells for r in c["bytes_ratios"]]
+    plain = [c["ratio_constants"] for c in bound]
     return {
+        "constants_median": statistics.median(plain) if plain else None,
+        "constants_within_0.8_1.25": sum(0.8 <= r <= 1.25 for r in plain),
         "cells": len(cells), "network_bound": len(bound),
         "steps_ratio_median": statistics.median(ratios) if ratios else None,
         "steps_ratio_min": min(ratios, default=None), "steps_ratio_max": max(ratios, default=None),
@@ -171,16 +209,19 @@ def markdown(cells, s, meta):
              f"{s['network_bound']} network-bound cells of {s['cells']}: {r(s['steps_ratio_median'])} "
              f"[{r(s['steps_ratio_min'])}-{r(s['steps_ratio_max'])}], {s['within_0.8_1.25']} within 0.8-1.25; "
              f"bytes per link measured / predicted {r(s['bytes_ratio_min'])}-{r(s['bytes_ratio_max'])} "
-             f"({s['bytes_within_0.95_1.1']} of {s['bytes_cells']} within 0.95-1.1). Machine: {meta['machine']}, "
-             f"{meta['seconds']:.0f} s.", "",
-             "| strategy | workers | PS | link | model | bits | predicted steps/s | measured | ratio | bytes ratio | bottleneck |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"({s['bytes_within_0.95_1.1']} of {s['bytes_cells']} within 0.95-1.1). With the model's built-in "
+             f"constants instead of the calibration: median {r(s['constants_median'])}, "
+             f"{s['constants_within_0.8_1.25']} within 0.8-1.25. Machine: {meta['machine']}, {meta['seconds']:.0f} s.",
+             "",
+             "| strategy | workers | PS | link | model | bits | predicted steps/s | measured | ratio | ratio (constants) "
+             "| bytes ratio | bottleneck |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in cells:
         model = (f"cut {c['model_bytes'] / 1e3:g} KB/step" if c["strategy"] == "model_parallel"
                  else f"{c['model_bytes'] / 1e6:g} MB")
         lines.append(f"| {c['strategy']} | {c['workers']} | {c['ps']} | {c['rate']} | {model} "
                      f"| {c['compression']} | {c['predicted']:.3g} | {c['measured']:.3g} | {c['ratio']:.2f} "
-                     f"| {_span(c['bytes_ratios'])} | {c['bottleneck']} |")
+                     f"| {c['ratio_constants']:.2f} | {_span(c['bytes_ratios'])} | {c['bottleneck']} |")
     return "\n".join(lines) + "\n"
 
 

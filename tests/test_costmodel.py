@@ -41,11 +41,17 @@ def test_message_bytes_at_16_and_8_bits_and_the_other_formulas():
     assert cm.message_bytes(MB) == MB and cm.message_bytes(MB, 16) == MB / 2
     assert cm.message_bytes(MB, 8, tensors=6) == 250_000 + 24  # one int8 a value, a float32 scale a tensor
     assert cm.message_bytes(10, 8, tensors=1) == 4 + 4  # 2.5 values: padded to one int32
+    # a float64 model: its values sent as they are at 32 bits, as 2 and 1 bytes at 16 and 8
+    assert cm.message_bytes(2 * MB, 32, value_bytes=8) == 2 * MB and cm.message_bytes(2 * MB, 16, value_bytes=8) == MB / 2
+    assert cm.message_bytes(2 * MB, 8, tensors=1, value_bytes=8) == 250_000 + 4
     assert cm.gather_bytes(MB, 3) == 2 * MB
     assert cm.cut_bytes(batch=64, width=512) == 2 * 64 * 512 * 4
     assert [cm.memory_per_parameter(o) for o in ("sgd", "momentum", "adam")] == [8, 12, 16]
     assert cm.young_daly(60, 86_400) == pytest.approx(math.sqrt(2 * 60 * 86_400))
     assert cm.async_staleness(4) == 3
+    # stale gradients: the largest stable rate shrinks by sin(pi / (4k + 2)) (1, 0.5, 0.22, 0.10 for k = 0, 1, 3, 7)
+    assert [round(cm.stale_rate(k), 4) for k in (0, 1, 3, 7)] == [1.0, 0.5, 0.2225, 0.1045]
+    assert cm.stale_rate(100) * 100 == pytest.approx(math.pi / 4, rel=0.01)
     assert cm.scaling_efficiency(8, 0.01, 0.01) == 0.5 and cm.scaling_efficiency(8, 0.01, 0.01, overlap=1) == 1
     assert cm.overlapped(0.01, 0.004, overlap=1) == 0.01 and cm.overlapped(0.01, 0.004) == pytest.approx(0.014)
     # compute-bound from the batch on which compute equals the ring's transfer: 1.5 MB at 12.5 MB/s
@@ -206,3 +212,43 @@ def test_a_split_models_step_is_its_compute_plus_each_cuts_activations_then_thei
     same = cm.predict(cm.Scenario("model_parallel", 2, 0.0, 0.002, dict.fromkeys(hosts, "h1"), links("h1"),
                                   cuts=(act,)))
     assert same["comm_time"] == 0 and same["bytes_per_step"] == {}
+
+
+def test_a_paths_cpu_per_byte_is_paid_in_series_with_its_wire_and_stretched_by_shared_cores():
+    """``Link.cpu_per_byte``: each message's bytes cost their ends' CPU besides the wire,
+    one after the other, x max(1, workers / cores) when the run's workers share the cores."""
+    hosts = {f"worker:{i}": f"h{i}" for i in range(4)}
+    c, alpha = 5e-9, 2e-3
+    shaped = {h: cm.Link(B100, alpha, rate=100_000_000, cpu_per_byte=c) for h in hosts.values()}
+    p = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, shaped, cores=2))
+    chunk = MB / 4  # 6 ring steps of S/n, each its latency, its wire and 2 x its CPU (4 workers, 2 cores)
+    assert p["comm_time"] == pytest.approx(6 * (alpha + chunk / B100 + chunk * c * 2))
+    alone = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, shaped))  # each host its own cores
+    assert alone["comm_time"] == pytest.approx(6 * (alpha + chunk / B100 + chunk * c))
+    # an unshaped path's wire is free: its CPU alone (a calibrated loopback or veth)
+    local = dict.fromkeys(hosts, "local")
+    loop = cm.Link(math.inf, alpha, cpu_per_byte=c)
+    q = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, local, loopback=loop, cores=2))
+    assert q["comm_time"] == pytest.approx(6 * (alpha + 4 * chunk * c * 2))  # 4 workers' chunks on one loopback
+    assert loop.payload_rate() == pytest.approx(1 / c)
+
+
+def test_a_calibrated_path_replaces_the_models_constants_on_the_machine_that_measured_it(tmp_path, monkeypatch):
+    from workbench.store import calibration
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
+    assert calibration.read() == {} and explain.loopback() == explain.LOOPBACK
+    assert explain.link_of(None) == explain.UNSHAPED_VETH and explain.link_of(100_000_000).cpu_per_byte == 0
+    calibration.write("veth", {"alpha_s": 6e-4, "cpu_s_per_byte": 3e-9})
+    calibration.write("loopback", {"alpha_s": 5e-4, "cpu_s_per_byte": 2e-9})
+    assert explain.loopback() == cm.Link(math.inf, 5e-4, cpu_per_byte=2e-9)
+    assert explain.link_of(None) == cm.Link(math.inf, 6e-4, cpu_per_byte=3e-9)
+    shaped = explain.link_of(100_000_000)
+    assert shaped.alpha == 6e-4 and shaped.cpu_per_byte == explain.SHAPED_CPU_PASSES * 3e-9
+    assert shaped.bytes_per_s == 100e6 / 8 * explain.SHAPED_EFFICIENCY
+    # another machine's file is not this one's
+    record = calibration.files.read_json(calibration.path())
+    calibration.files.write_json(calibration.path(), {**record, "machine": "another CPU x 64 cores"})
+    assert calibration.read() == {} and explain.loopback() == explain.LOOPBACK
+    with pytest.raises(ValueError, match="unknown path"):
+        calibration.write("wifi", {})

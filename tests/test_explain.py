@@ -5,6 +5,7 @@ checked by hand in tests/test_costmodel.py; here, that a run is read into it rig
 import pytest
 
 import workbench as wb
+from workbench.common import costmodel
 from workbench.kernel.runs import explain
 
 pytestmark = pytest.mark.cluster
@@ -38,6 +39,22 @@ def test_a_synchronous_run_is_explained_figure_by_figure(runs):
     # the same run read back in any kernel: the same prediction from its files
     again = wb.load(run.id)
     assert again is run or again.explain().table.predicted.tolist() == pytest.approx(e.table.predicted.tolist())
+
+
+def test_a_float64_models_16_bit_messages_are_predicted_as_sent(cluster):
+    """fp16 sends 2 bytes a value whatever the model's dtype: a float64 model's messages
+    are a quarter of its variables' bytes, not half (the model once took every value as
+    float32); its packs are counted from the bytes as sent."""
+    run = cluster.train(wb.models.mlp((64, 32), dtype="float64"), DIGITS, strategy="multi_worker_mirrored", workers=2,
+                        steps=20, global_batch_size=64, checkpoint_every=0, dashboard=False, compression="fp16",
+                        bytes_per_pack=8500).wait(timeout=300)
+    values = 64 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10
+    assert explain.value_bytes(run.placement) == 8.0
+    sent = run.explain().table.set_index("figure").loc["bytes handed to the all-reduce per step"]
+    assert sent.predicted == 2 * values and sent.ratio == pytest.approx(1.0), sent
+    # each tensor's bytes as sent (a quarter of float64's), which the packs are counted from
+    assert explain.tensor_bytes(run.placement, 16) == [2.0 * b / 8 for b in explain.tensor_bytes(run.placement)]
+    assert explain._packs(run.placement, 8500, 16) == costmodel.packs(explain.tensor_bytes(run.placement, 16), 8500)
 
 
 def test_a_recorded_run_is_explained_from_its_files(runs, tmp_path):
@@ -146,3 +163,27 @@ def test_packing_measures_the_all_reduces_latency_and_predicts_another_packing(c
           f"predicted {predicted * 1e3:.2f} ms ({comm[5000] / predicted:.2f})")
     assert alpha > 50e-6  # a message between two processes costs more than a memory copy
     assert 0.75 <= comm[5000] / predicted <= 1.5  # 1.21-1.26 in four executions on an idle machine
+
+
+def test_calibrate_links_measures_the_loopback_with_tfs_ring_and_the_model_takes_it(cluster, tmp_path, monkeypatch):
+    """``wb.calibrate_links``: alpha from 16 packs against one, the CPU per byte from a 4 MB
+    ring, kept for this machine; ``run.explain()`` then predicts a local ring with them (a
+    1 MB ring, measured right after, within 0.5-2x: the machine's other work moves both)."""
+    from workbench.common import costmodel
+    from workbench.store import calibration
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))  # this test's calibration, no other test's
+    c = wb.calibrate_links(cluster, steps=40)
+    print("calibrated", {k: v for k, v in c.items() if k != "runs"})
+    assert c["path"] == "loopback" and c["workers"] == 2
+    assert 1e-5 < c["alpha_s"] < 0.05 and 1e-11 < c["cpu_s_per_byte"] < 1e-7, c
+    assert calibration.read()["loopback"]["alpha_s"] == c["alpha_s"]
+    assert explain.loopback() == costmodel.Link(float("inf"), c["alpha_s"], cpu_per_byte=c["cpu_s_per_byte"])
+    run = cluster.train(wb.models.mlp((3300,)), DIGITS, strategy="multi_worker_mirrored", workers=2, steps=40,
+                        global_batch_size=32, steps_per_execution=5, checkpoint_every=0, dashboard=False,
+                        logs=False).wait(timeout=300)
+    comm = run.explain().table.set_index("figure").loc["communication per step (ms)"]
+    print("1 MB ring on the calibrated loopback:", comm.to_dict())
+    assert 0.5 <= comm.ratio <= 2.0, comm
+    with pytest.raises(wb.ConfigError, match="workers"):
+        wb.calibrate_links(cluster, workers=1)

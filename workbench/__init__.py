@@ -25,6 +25,7 @@ _HOMES = {
     "history": "workbench.store",
     "load": "workbench.kernel.runs.recorded",
     "predict": "workbench.kernel.runs.explain",
+    "calibrate_links": "workbench.kernel.testbed.calibrate",
     "testbed": "workbench.kernel.testbed.bed",
     "within": "workbench.testing",
     "datasets": "workbench.datasets",

@@ -101,7 +101,8 @@ the learning rate of the runs above (0.1), a batch of 32 and 600 steps, with del
 """),
         code("""
 import matplotlib.pyplot as plt
-import numpy as np
+
+from workbench.common import costmodel
 
 DELAYS = (0, 1, 3, 7, 15)
 late = dict(model=wb.models.mlp((64, 32)), data=digits, strategy="single", global_batch_size=32, steps=600,
@@ -151,7 +152,8 @@ staleness-aware asynchronous SGD (Zhang et al., 2016) divides its rate.
 
 The prediction, then the measurement: for each delay, learning rates from 1.6 down by
 factors of √2 until a run learns (its last 50 steps' loss below 2.0, under the uniform
-guess's 2.30); the prediction is delay 0's measured rate times sin(π / (4k + 2)).
+guess's 2.30); the prediction is delay 0's measured rate times sin(π / (4k + 2))
+(`costmodel.stale_rate(k)`).
 """),
         code("""
 RATES = [round(1.6 * 2 ** (-j / 2), 4) for j in range(14)]
@@ -166,9 +168,9 @@ for k in DELAYS:
 largest = {k: tried[-1][0] if tried[-1][1] < 2.0 else float("nan") for k, tried in scans.items()}
 stability = pd.DataFrame({
     "workers' staleness (k + 1)": {k: k + 1 for k in DELAYS},
-    "sin(π/(4k+2))": {k: np.sin(np.pi / (4 * k + 2)) for k in DELAYS},
+    "sin(π/(4k+2))": {k: costmodel.stale_rate(k) for k in DELAYS},
     "1/(k+1)": {k: 1 / (k + 1) for k in DELAYS},
-    "largest rate, predicted": {k: largest[0] * np.sin(np.pi / (4 * k + 2)) for k in DELAYS},
+    "largest rate, predicted": {k: largest[0] * costmodel.stale_rate(k) for k in DELAYS},
     "largest rate, measured": largest,
     "runs tried": {k: len(tried) for k, tried in scans.items()},
 }).rename_axis("delay k")
@@ -184,7 +186,7 @@ print(f"each delay's largest learning rate within a factor 2 of the prediction (
       f"{all(0.5 <= r <= 2 for r in ratios)} (measured / predicted {ratios} for delays {list(DELAYS[1:])})")
 shrink = largest[0] / largest[15]
 print(f"from delay 0 to delay 15 the largest learning rate shrinks at least 8x: {shrink >= 8} "
-      f"(measured x{shrink:.0f}; predicted x{1 / np.sin(np.pi / 62):.0f})")
+      f"(measured x{shrink:.0f}; predicted x{1 / costmodel.stale_rate(15):.0f})")
 """),
         md("""
 **What it means.** Staleness is harmless while the learning rate sits well below what the

@@ -28,11 +28,14 @@ from workbench.common import strategies
 # -- bytes ------------------------------------------------------------------------------------
 
 
-def message_bytes(model_bytes: float, bits: int = 32, tensors: int = 0) -> float:
-    """The bytes of a model's float32 gradients sent at ``bits`` per value: 16-bit messages
-    halve them, 8-bit quarter them (claim 8: Zhang et al. 2020; Horovod's fp16), plus, at
-    8 bits, a float32 scale per tensor and padding to whole int32s (``engine/compression.py``)."""
-    values = model_bytes / 4
+def message_bytes(model_bytes: float, bits: int = 32, tensors: int = 0, value_bytes: float = 4) -> float:
+    """The bytes of a model's gradients (``value_bytes`` a value: 4 for float32, 8 for
+    float64) sent at ``bits`` per value: at 32, as they are; 16-bit messages halve float32's,
+    8-bit quarter them (claim 8: Zhang et al. 2020; Horovod's fp16), plus, at 8 bits, a
+    float32 scale per tensor and padding to whole int32s (``engine/compression.py``)."""
+    if bits == 32:
+        return model_bytes
+    values = model_bytes / value_bytes
     if bits == 8:
         return math.ceil(values / 4) * 4 + 4 * tensors
     return values * bits / 8
@@ -139,6 +142,14 @@ def async_staleness(n: int) -> float:
     return max(n - 1, 0)
 
 
+def stale_rate(delay: int) -> float:
+    """The largest learning rate at which gradient descent still converges when each gradient
+    is applied ``delay`` updates late, over the undelayed one's: sin(pi / (4k + 2)) (claim
+    11's cost: x(t+1) = x(t) - a x(t-k) is stable for a < 2 sin(pi / (4k + 2)), Levin and May
+    1976); about pi / (4k) at large k, near staleness-aware SGD's 1 / (k + 1) (Zhang et al. 2016)."""
+    return math.sin(math.pi / (4 * delay + 2))
+
+
 def young_daly(write_s: float, mtbf_s: float) -> float:
     """The checkpoint interval that loses least to failures: sqrt(2 x write time x MTBF)
     (claim 12: Young 1974, Daly 2006)."""
@@ -152,11 +163,17 @@ def young_daly(write_s: float, mtbf_s: float) -> float:
 class Link:
     """A host's link: payload ``bytes_per_s`` each way (the set rate x the framing's
     efficiency, or what an unshaped path measured), its per-message latency ``alpha`` (s),
-    and ``rate``, the bits/s it was set to (None: unshaped)."""
+    ``rate``, the bits/s it was set to (None: unshaped), and ``cpu_per_byte``: seconds of a
+    core its messages' ends spend per byte (gRPC's copies, the network stack), in series
+    with the wire (``seconds``; measured by ``wb.calibrate_links``, else 0)."""
 
     bytes_per_s: float
     alpha: float
     rate: int | None = None
+    cpu_per_byte: float = 0.0
+
+    def payload_rate(self, share: float = 1.0) -> float:  # the wire and the ends' CPU, in series
+        return 1.0 / (1.0 / self.bytes_per_s + self.cpu_per_byte * share)
 
 
 @dataclass(frozen=True)
@@ -177,7 +194,8 @@ class Scenario:
     ``cuts``: a model split into stages (one per worker, ``worker:i`` holding stage i): the
     activation bytes crossing each cut per step, stage i to i+1, forward (their gradients
     come back as many); ``label_bytes``: the labels stage 0 reads and the last stage's loss
-    needs, sent with the forward pass."""
+    needs, sent with the forward pass. ``value_bytes``: the bytes of one of the model's
+    values (4: float32; 8: float64, which 16- and 8-bit messages send as 2 and 1)."""
 
     strategy: str
     workers: int
@@ -200,16 +218,14 @@ class Scenario:
     pauses: float = 0.0
     cuts: tuple[float, ...] = ()
     label_bytes: float = 0.0
+    value_bytes: float = 4.0
 
 
-# 8-bit messages cross in 4 all-gathers of n-1 messages each, one after the other (TF orders
-# a step's collectives): compression.py gathers the int8 values, then their scales, and TF's
-# all_gather first gathers every rank's shape, then the data padded to the longest
-# (tensorflow/python/distribute/cross_device_utils.py, CollectiveReplicaLauncher.all_gather).
-# Only the values' gather carries bytes that count; the other three are latency. Measured on
-# the bed (bench/predict.py, 0.3 MB of gradients): 3 workers at 200 Mbit stepped 14 ms
-# slower than one gather's latencies predict (2 ms each), 4 workers at 50 Mbit 18 ms: 6 and
-# 9 more latencies, the 3 (n-1) this adds.
+# 8-bit messages cross in 4 all-gathers of n-1 messages each, one after the other: the int8
+# values, their scales, and before each TF's gather of every rank's shape (cross_device_utils'
+# CollectiveReplicaLauncher.all_gather); only the values carry bytes that count. Measured on
+# the bed (0.3 MB): 3 workers at 200 Mbit, 4 at 50 Mbit stepped 14 and 18 ms slower than one
+# gather's latencies predict: 6 and 9 more latencies (2 ms each), the 3 (n-1) this adds.
 GATHERS_8BIT = 4
 
 
@@ -245,11 +261,19 @@ def _cross(s: Scenario, a: str, b: str) -> list[str]:
     return [h for h in (ha, hb) if h in s.links]
 
 
-def _link(s: Scenario, path: str) -> Link:
+def path_link(s: Scenario, path: str) -> Link:
+    """The ``Link`` of ``path``: a host's link, or a host's loopback (``LO``)."""
     return s.loopback if path.endswith(LO) else s.links[path]
 
 
-def _paths(s: Scenario) -> set[str]:
+def seconds(s: Scenario, path: str, sent: float) -> float:
+    """The seconds ``sent`` bytes take on ``path`` (``Link.payload_rate``), the CPU per byte
+    stretched as compute is when the run's workers share the cores (``compute_time``)."""
+    share = max(1.0, s.workers / s.cores) if s.cores else 1.0
+    return sent / path_link(s, path).payload_rate(share)
+
+
+def paths(s: Scenario) -> set[str]:
     """Every path some pair of the scenario's tasks talks over."""
     tasks = list(s.hosts)
     return {h for a in tasks for b in tasks if a != b for h in _cross(s, a, b)}
@@ -270,9 +294,9 @@ def _ring_step(s: Scenario, chunk: float) -> tuple[float, dict[str, float]]:
         if key is not None:
             out[key] = out.get(key, 0.0) + chunk
         for h in crossed:
-            alpha = max(alpha, _link(s, h).alpha)
+            alpha = max(alpha, path_link(s, h).alpha)
     for h, sent in out.items():
-        slowest = max(slowest, sent / _link(s, h).bytes_per_s)
+        slowest = max(slowest, seconds(s, h, sent))
     return alpha + slowest, out
 
 
@@ -283,7 +307,7 @@ def _cuts_step(s: Scenario, tx: dict[str, float], rx: dict[str, float]) -> tuple
     gradients; each transfer takes its latency plus its bytes over the slower of the two
     links it crosses (full duplex: the forward and backward bytes each cross a link one
     way). Adds each host's bytes per step to ``tx`` and ``rx``."""
-    seconds, latency = 0.0, 0.0
+    spent, latency = 0.0, 0.0
     last = f"worker:{len(s.cuts)}"
     for i, activations in enumerate(s.cuts):
         a, b = f"worker:{i}", f"worker:{i + 1}"
@@ -295,14 +319,14 @@ def _cuts_step(s: Scenario, tx: dict[str, float], rx: dict[str, float]) -> tuple
             crossed = _cross(s, src, dst)
             if not crossed:
                 continue
-            alpha = max(_link(s, h).alpha for h in crossed) if waits else 0.0
-            seconds += alpha + size / min(_link(s, h).bytes_per_s for h in crossed)
+            alpha = max(path_link(s, h).alpha for h in crossed) if waits else 0.0
+            spent += alpha + max(seconds(s, h, size) for h in crossed)
             latency += alpha
             sender, receiver = s.hosts[src], s.hosts[dst]
             if sender != receiver:
                 tx[sender] = tx.get(sender, 0.0) + size
                 rx[receiver] = rx.get(receiver, 0.0) + size
-    return seconds, latency
+    return spent, latency
 
 
 def predict(s: Scenario) -> dict[str, Any]:
@@ -315,10 +339,10 @@ def predict(s: Scenario) -> dict[str, Any]:
     time is its 2(n-1) (all-gather: n-1) message steps, each the latency plus the busiest
     link's share (8 bits: 3 (n-1) more latencies, ``GATHERS_8BIT``). Parameter servers: each
     worker step pulls every variable and pushes every gradient (S each way on its link, a
-    share of both on each PS task's), the pull, then the push: M/B each (claim 3 takes one
-    M/B a round, pull and push at once, which a link that carries a message at its rate did
-    not show); the global rate is the lesser of n / (one worker's step time) and each link's
-    bytes/s over the bytes it must move per global step. A split model (``cuts``): step time
+    share of both on each PS task's), the pull, then the push: M/B each (not at once, as
+    claim 3 takes them); the global rate is the lesser of n / (one worker's step time) and
+    each link's bytes/s over the bytes it must move per global step. Every transfer's bytes
+    also pay their ends' CPU (``seconds``). A split model (``cuts``): step time
     = input + every stage's compute + each cut's transfers forward and back, one after the
     other (``_cuts_step``); no overlap (the workbench runs no pipeline of micro-batches)."""
     compute, cpu_wait = compute_time(s)
@@ -330,10 +354,10 @@ def predict(s: Scenario) -> dict[str, Any]:
     ps_load: dict[str, float] = {}
     spec = strategies.spec(s.strategy)
     if ring(s.strategy) and n > 1:
-        S = message_bytes(s.model_bytes, s.bits, s.tensors)
+        S = message_bytes(s.model_bytes, s.bits, s.tensors, s.value_bytes)
         steps, chunk = (n - 1, S) if s.bits == 8 else (2 * (n - 1), S / n)
         one, out = _ring_step(s, chunk)
-        alpha = max((_link(s, h).alpha for h in out), default=0.0)
+        alpha = max((path_link(s, h).alpha for h in out), default=0.0)
         packs = 1 if s.bits == 8 else s.packs  # each pack its messages, their bytes split
         comm = steps * (one + (packs - 1) * alpha)
         if s.bits == 8:  # latency-only gathers beside the one that carries the bytes
@@ -356,22 +380,19 @@ def predict(s: Scenario) -> dict[str, Any]:
             for ps, share in shares.items():
                 for h in _cross(s, ps, w):
                     moved[h] = moved.get(h, 0.0) + share * S
-                    alpha = max(alpha, _link(s, h).alpha)
-            transfer = max([transfer] + [b / _link(s, h).bytes_per_s for h, b in moved.items()])
+                    alpha = max(alpha, path_link(s, h).alpha)
+            transfer = max([transfer] + [seconds(s, h, b) for h, b in moved.items()])
             for h, b in moved.items():  # a global step is one worker's step: each worker 1/n of them
                 tx[h] = tx.get(h, 0.0) + b / n
                 rx[h] = rx.get(h, 0.0) + b / n
         # a worker's step pulls its variables, then (after its compute) pushes its gradients:
-        # two transfers, one after the other. Measured on the bed with links that carry a
-        # message at their rate (links.shape): one worker and its PS on 5 Mbit links, 0.15 MB
-        # each way a step, made 1.82-1.92 steps/s, the two transfers' 1.93. (With the bed's
-        # old bucket, max(128 KiB, 10 ms), each message crossed at line speed from a full
-        # bucket, both ways refilled at once and the same step took one transfer: 3.75.)
+        # two transfers, one after the other (one worker, 0.15 MB each way on 5 Mbit links:
+        # 1.82-1.92 steps/s, the two transfers' 1.93; bench/README.md, "the old bucket").
         # Between workers the transfers overlap: one pulls while another pushes
         worker_time = fixed + 2 * transfer + 2 * alpha
         rate = n / (worker_time + n * s.pauses) if worker_time > 0 else float("inf")
         for h in set(tx) | set(rx):  # each link moves its bytes per global step at most at its rate
-            rate = min(rate, _link(s, h).bytes_per_s / max(tx.get(h, 0.0), rx.get(h, 0.0)))
+            rate = min(rate, path_link(s, h).bytes_per_s / max(tx.get(h, 0.0), rx.get(h, 0.0)))
         # a link that bounds the rate slows every transfer over it: each worker's step then
         # takes n / rate, its pull and push the rest
         transfer = max(transfer, (n / rate - n * s.pauses - fixed - 2 * alpha) / 2) if rate > 0 else transfer
@@ -401,42 +422,7 @@ def predict(s: Scenario) -> dict[str, Any]:
            "bytes_per_step": {h: {"tx": tx.get(h, 0.0), "rx": rx.get(h, 0.0)} for h in sorted(set(tx) | set(rx))
                               if not h.endswith(LO)},
            "link_util": util, "ps_load": ps_load, "link_time": on_links, "latency_time": latency}
-    out["bottleneck"], out["why"] = _bottleneck(s, out, fixed)
+    from workbench.common import bottleneck  # it reads the model's parts: imported once both exist
+
+    out["bottleneck"], out["why"] = bottleneck.named(s, out, fixed)
     return out
-
-
-def _bottleneck(s: Scenario, p: dict[str, Any], fixed: float) -> tuple[str, str]:
-    """The part that bounds the step, and one sentence saying why, with its numbers:
-    the network when a step spends at least as long on links as outside them (``fixed``:
-    input, compute and other), else compute or the overhead around it."""
-    rate = p["steps_per_s"]
-    compute, cpu_wait = compute_time(s)
-    cores = (f" (its {s.workers} workers share {s.cores} cores: compute x{compute / (compute - cpu_wait):.2f} "
-             "of one alone)") if cpu_wait > 0 else ""
-    moved = {h: max(b.values()) for h, b in p["bytes_per_step"].items()}
-    latency = p["latency_time"]
-    if p["link_time"] >= fixed and latency >= p["link_time"] - latency:
-        messages = round(latency / max((_link(s, h).alpha for h in _paths(s)), default=1.0))
-        return "latency", (f"latency-bound: {messages} messages per step at {latency / max(messages, 1) * 1e3:.3g} ms "
-                           f"each ({latency * 1e3:.3g} ms) outweigh moving their bytes "
-                           f"({(p['link_time'] - latency) * 1e3:.3g} ms); predicted {rate:.3g} steps/s")
-    if moved and p["link_time"] >= fixed:
-        host = max(moved, key=lambda h: moved[h] / s.links[h].bytes_per_s)
-        link = s.links[host]
-        speed = f"{link.rate / 1e6:g} Mbit/s" if link.rate else f"{link.bytes_per_s * 8 / 1e6:,.0f} Mbit/s (unshaped)"
-        return (f"network: {host}",
-                f"network-bound: {host}'s link carries {moved[host] / 1e6:.3g} MB per step at {speed}; "
-                f"predicted {rate:.3g} steps/s")
-    if p["link_time"] >= fixed:  # messages between tasks of one host, over its loopback
-        per_ring = GATHERS_8BIT * (s.workers - 1) if s.bits == 8 else 2 * (s.workers - 1) * s.packs
-        messages = per_ring if ring(s.strategy) else 2 * len(s.cuts) if s.cuts else 2
-        return "communication", (f"communication-bound: {p['link_time'] * 1e3:.3g} ms per step in {messages} "
-                                 f"messages between the tasks over this machine's loopback "
-                                 f"({s.loopback.alpha * 1e3:.3g} ms each before its bytes), against "
-                                 f"{compute * 1e3:.3g} ms of compute; predicted {rate:.3g} steps/s")
-    if compute >= s.input + s.other:
-        return "compute", (f"compute-bound: {compute * 1e3:.3g} ms of compute per step{cores} against "
-                           f"{p['link_time'] * 1e3:.3g} ms on links; predicted {rate:.3g} steps/s")
-    return "overhead", (f"overhead-bound: {(s.input + s.other) * 1e3:.3g} ms per step outside compute and "
-                        f"communication (input, Python, dispatch) against {compute * 1e3:.3g} ms of compute; "
-                        f"predicted {rate:.3g} steps/s")

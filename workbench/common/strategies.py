@@ -38,6 +38,7 @@ class StrategySpec:
     # its workers all-reduce gradients (or parameters) that ``compression=`` may send in 16/8 bits
     compressible: bool = False
     device_replicas: bool = False  # one replica per (logical) device of its engine
+    delays_gradients: bool = False  # ``gradient_delay=k`` applies each step's gradients k steps later
     # its model is split into consecutive stages, one per worker engine (wb.models.split_mlp
     # with devices=workers), driven by the chief: the batch flows through every worker
     splits_model: bool = False
@@ -160,7 +161,7 @@ _SPECS = (
     StrategySpec(
         name="single", roles=("local",), multi_engine=False, synchronous=False,
         description="one engine, one device (the default strategy): the baseline",
-        logical_devices=True,
+        logical_devices=True, delays_gradients=True,
     ),
 )
 SPECS: dict[str, StrategySpec] = {s.name: s for s in _SPECS}

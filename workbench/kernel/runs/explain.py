@@ -28,33 +28,51 @@ from workbench.common import costmodel, figures, strategies, validate
 from workbench.common.costmodel import Link
 from workbench.common.rates import parse_rate
 from workbench.errors import invalid
+from workbench.store import calibration
 
 if TYPE_CHECKING:
     import pandas as pd
 
 # Links as measured on these machines (2 cores; bench/predict.py, bench/links.py):
-# - a shaped link carries this share of its rate as payload (TCP/IP and Ethernet headers:
-#   1448 of 1514 bytes a frame, 0.956; bench/links.py read 0.957 at 20 Mbit, 0.920 at
-#   100 Mbit and 0.846 at 1 Gbit, where the 2 cores, not the link, cut it);
-# - TF's collectives pay about 2 ms per message between engines on a bed's hosts, and 1.5 ms
-#   between engines of one machine over its loopback, while the engines' processes share
-#   the 2 cores (a 10 KB model's all-reduce across 2, 3, 4 hosts: 4.4, 6.9, 12.6 ms for 2, 4,
-#   6 messages; 2 local engines: 3.2 ms for 2). An idle machine's gRPC round trip is a
-#   tenth of that: the latency is mostly waiting for a core;
-# - TF's gRPC moves about 0.8 GB/s between two engines of one machine (DESIGN.md: 0.65-0.9
-#   GB/s for 4-64 MB all-reduces), bounded by the CPU, not the path.
+# - a shaped link carries this share of its rate as payload (1448 of 1514 bytes a frame,
+#   0.956; bench/links.py read 0.957 at 20 Mbit, 0.920 at 100 Mbit, 0.846 at 1 Gbit);
+# - without a calibration of this machine (``wb.calibrate_links``), TF's collectives pay
+#   2 ms per message between a bed's hosts and 1.5 ms over one machine's loopback, the
+#   engines sharing 2 cores (a 10 KB all-reduce across 2, 3, 4 hosts: 4.4, 6.9, 12.6 ms for
+#   2, 4, 6 messages; 2 local engines: 3.2 ms for 2), and gRPC moves 0.8 GB/s (DESIGN.md);
+# - a calibrated path takes its measured alpha and CPU per byte; a shaped link the bed's
+#   unshaped one's, its CPU per byte paid SHAPED_CPU_PASSES times in series with the wire
+#   (shaped rings took 1.8-2.1 x the unshaped per-byte time beyond S / rate: performance.md).
 SHAPED_EFFICIENCY = 0.95
+SHAPED_CPU_PASSES = 2
 LINK_ALPHA = 2.0e-3
 LOOPBACK = Link(bytes_per_s=0.8e9, alpha=1.5e-3)
 UNSHAPED_VETH = Link(bytes_per_s=0.8e9, alpha=2.0e-3)
 BITS = {None: 32, "fp16": 16, "bf16": 16, "int8": 8}
 
 
+def measured_path(name: str) -> Link | None:
+    """Path ``name`` ("loopback", "veth") as this machine's calibration measured it."""
+    figures = calibration.read().get(name)
+    if not figures:
+        return None
+    return Link(bytes_per_s=math.inf, alpha=float(figures["alpha_s"]), cpu_per_byte=float(figures["cpu_s_per_byte"]))
+
+
 def link_of(rate: int | None) -> Link:
     """A bed host's link at ``rate`` bits/s (None: unshaped), as the model takes it."""
+    veth = measured_path("veth")
     if rate is None:
-        return UNSHAPED_VETH
+        return veth or UNSHAPED_VETH
+    if veth is not None:
+        return Link(bytes_per_s=rate / 8 * SHAPED_EFFICIENCY, alpha=veth.alpha, rate=int(rate),
+                    cpu_per_byte=SHAPED_CPU_PASSES * veth.cpu_per_byte)
     return Link(bytes_per_s=rate / 8 * SHAPED_EFFICIENCY, alpha=LINK_ALPHA, rate=int(rate))
+
+
+def loopback() -> Link:
+    """One machine's loopback, as the model takes it: calibrated, else ``LOOPBACK``."""
+    return measured_path("loopback") or LOOPBACK
 
 
 class Explanation:
@@ -104,30 +122,49 @@ def _ratio_html(ratio: float | None) -> str:
 
 # -- what a run is, as the model needs it ---------------------------------------------------
 
-def trainable_bytes(placement: pd.DataFrame, split: bool = False) -> tuple[float, int]:
-    """(bytes, tensors) of one replica's trainable variables, from ``run.placement``: each
-    variable counted once (under MWMS every worker reports its own copy), shards summed;
-    ``split``: the model's stages are on the workers, each variable once, all counted.
-    Runs recorded before placement said which variables train count every model variable."""
+def _trainable(placement: pd.DataFrame, split: bool = False) -> pd.DataFrame:
+    """One replica's trainable variables' rows of ``run.placement``: under MWMS every worker
+    reports its own copy (the first one's kept); ``split``: the model's stages are on the
+    workers, each variable once, all kept. Runs recorded before placement said which
+    variables train keep every model variable."""
     v = placement[placement.variable.notna() & (placement.kind == "model")]
     if "trainable" in v and v.trainable.notna().any():
         v = v[v.trainable.fillna(False).astype(bool)]
     if len(v) and (v.role == "worker").all() and not split:  # mirrored on every worker: one copy
         v = v[v.task == v.task.min()]
+    return v
+
+
+def trainable_bytes(placement: pd.DataFrame, split: bool = False) -> tuple[float, int]:
+    """(bytes, tensors) of one replica's trainable variables, from ``run.placement``, shards
+    summed (``_trainable``)."""
+    v = _trainable(placement, split)
     return float(v["bytes"].sum()), int(v.variable.nunique())
 
 
-def tensor_bytes(placement: pd.DataFrame) -> list[float]:
-    """The float32 bytes of each trainable variable of one worker's replica, in the model's
-    order: what TF's packing groups (``costmodel.packs``)."""
+def value_bytes(placement: pd.DataFrame) -> float:
+    """The bytes of one value of the model's trainable variables (4: float32, 8: float64),
+    from their bytes and shapes; 4 when the placement has no shapes."""
+    v = _trainable(placement)
+    values = sum(math.prod(s) for s in v["shape"]) if "shape" in v and v["shape"].notna().all() else 0
+    return float(v["bytes"].sum()) / values if values else 4.0
+
+
+def tensor_bytes(placement: pd.DataFrame, bits: int = 32) -> list[float]:
+    """The bytes of each trainable variable of one worker's replica as ``bits``-per-value
+    messages send it (32: as it is, whatever its dtype), in the model's order: what TF's
+    packing groups (``costmodel.packs``)."""
     v = placement[placement.variable.notna() & (placement.kind == "model") & (placement.role == "worker")]
     if "trainable" in v and v.trainable.notna().any():
         v = v[v.trainable.fillna(False).astype(bool)]
-    return [float(b) for b in v[v.task == v.task.min()]["bytes"]] if len(v) else []
+    v = v[v.task == v.task.min()]
+    if bits == 32:
+        return [float(b) for b in v["bytes"]]
+    return [math.prod(s) * bits / 8 for s in v["shape"]]
 
 
 def _packs(placement: pd.DataFrame, bytes_per_pack: int, bits: int, scale: float = 1.0) -> int:
-    return costmodel.packs([b * scale * bits / 32 for b in tensor_bytes(placement)], bytes_per_pack)
+    return costmodel.packs([b * scale for b in tensor_bytes(placement, bits)], bytes_per_pack)
 
 
 def _ps_shares(placement: pd.DataFrame) -> dict[str, float]:
@@ -192,10 +229,10 @@ def scenario(run: Any) -> costmodel.Scenario:
     s = costmodel.Scenario(
         strategy=job.strategy, workers=job.workers, model_bytes=model_bytes, compute=parts["compute"], hosts=hosts,
         links=links, ps=job.ps, ps_shares=_ps_shares(placement), tensors=tensors,
-        packs=_packs(placement, job.bytes_per_pack, bits), bits=bits,
+        packs=_packs(placement, job.bytes_per_pack, bits), bits=bits, value_bytes=value_bytes(placement),
         global_batch_size=job.global_batch_size,
         input=parts["input"], other=parts["other"] + parts["waiting"], pauses=pauses, cores=os.cpu_count(),
-        compute_workers=job.workers, average_every=getattr(job, "average_every", 1) or 1, loopback=LOOPBACK)
+        compute_workers=job.workers, average_every=getattr(job, "average_every", 1) or 1, loopback=loopback())
     if spec.has_ps:  # the anatomy counts a worker's pulls of the variables in its compute
         s = replace(s, compute=without_pulls(s, parts["compute"]))
     if spec.splits_model:  # the stages compute one after the other: one step's compute, as timed
@@ -233,7 +270,7 @@ def explain(run: Any) -> Explanation:
             ("pauses between calls per step (ms)", s.pauses * 1e3, s.pauses * 1e3,
              "measured (the model's input): checkpoints, evaluations, dispatch")]
     if costmodel.ring(s.strategy) and s.workers > 1:
-        sent = costmodel.message_bytes(s.model_bytes, s.bits, s.tensors)
+        sent = costmodel.message_bytes(s.model_bytes, s.bits, s.tensors, s.value_bytes)
         rows.append(("bytes handed to the all-reduce per step", sent, parts["bytes_per_step"], "model"))
     if s.cuts:
         rows.append(("bytes across the cuts per step (activations, their gradients)", 2 * sum(s.cuts),
@@ -370,9 +407,9 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
         host_link = {h: replace(link, alpha=alpha) for h, link in host_link.items()}
     s = costmodel.Scenario(
         strategy=base.strategy, workers=n, model_bytes=size, compute=compute, hosts=hosts, links=host_link, ps=k,
-        tensors=base.tensors, packs=packs, bits=bits, global_batch_size=batch, input=base.input, other=base.other,
+        tensors=base.tensors, packs=packs, bits=bits, value_bytes=base.value_bytes, global_batch_size=batch, input=base.input, other=base.other,
         pauses=base.pauses, cores=shared, compute_workers=1, average_every=base.average_every,
-        loopback=LOOPBACK if alpha is None else replace(LOOPBACK, alpha=alpha),
+        loopback=loopback() if alpha is None else replace(loopback(), alpha=alpha),
         cuts=tuple(c * batch / base.global_batch_size for c in base.cuts),
         label_bytes=base.label_bytes * batch / base.global_batch_size)
     p = costmodel.predict(s)

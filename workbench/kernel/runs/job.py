@@ -71,10 +71,10 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
         raise invalid("bytes_per_pack", bytes_per_pack, "0 with compression='int8' (its 8-bit values are "
                       "gathered as one tensor, not all-reduced in packs)")
     gradient_delay = validate.positive_int("gradient_delay", gradient_delay, minimum=0)
-    if gradient_delay and strategy != "single":
+    if gradient_delay and not spec.delays_gradients:
         raise invalid("gradient_delay", gradient_delay,
                       f"0 with strategy={strategy!r} (a delay emulates asynchronous staleness in one process: "
-                      "strategy='single'; a parameter_server run's own staleness is measured in run.history)")
+                      f"{_listed('delays_gradients')}; a parameter_server run's own staleness is in run.history)")
     for name, value in (("anatomy", anatomy), ("logs", logs)):
         if not isinstance(value, bool):
             raise invalid(name, value, "True or False")

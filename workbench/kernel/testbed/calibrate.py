@@ -20,6 +20,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -143,3 +144,69 @@ def _check(bed, a, b, sizes, repeats):
         raise invalid("sizes", sizes, "a non-empty sequence of positive byte counts")
     if not isinstance(repeats, int) or repeats < 1:
         raise invalid("repeats", repeats, "a positive int")
+
+
+# -- TF's collectives on a cluster's path: what the cost model takes (store/calibration.py) ----
+
+PACKED_MODEL = (32,) * 7  # an MLP of 16 tensors: one pack, or one all-reduce per tensor
+LARGE_BYTES = 4e6  # the ring whose bytes give the CPU per byte
+
+
+def calibrate_links(cluster: Any, workers: int = 2, steps: int = 60, save: bool = True) -> dict[str, Any]:
+    """``wb.calibrate_links(cluster)``: the path ``cluster``'s engines talk over, measured
+    with TF's own ring all-reduce (``multi_worker_mirrored``, ``workers`` engines, each step's
+    timed communication, the median past the first two calls): ``alpha_s`` from a 16-tensor
+    model all-reduced in one pack and in 16 (the 15 more packs' 2(n-1) messages each),
+    ``cpu_s_per_byte`` from a 4 MB model's ring: its time beyond 2(n-1) alpha over the time
+    the cost model gives that ring at one second a byte (its busiest path's bytes, the cores'
+    sharing included), so that the model predicts the ring it measured. The path is
+    "loopback" on a local cluster, "veth" across a test
+    bed's hosts, whose links must be unshaped. ``save``: keep it for this machine
+    (``store/calibration.py``), where ``run.explain()`` and ``wb.predict`` read it."""
+    import math
+    import os
+
+    from workbench import datasets, models
+    from workbench.common import costmodel, validate
+    from workbench.kernel.runs import explain
+    from workbench.store import calibration
+
+    workers = validate.positive_int("workers", workers, minimum=2)
+    steps = validate.positive_int("steps", steps, minimum=20)
+    if not getattr(cluster, "running", False) or len(cluster.engines) < workers:
+        raise invalid("cluster", cluster, f"a running cluster of at least {workers} engines")
+    data = datasets.digits()
+    spe = 5
+
+    def ring(model, **options):
+        run = cluster.train(model, data, strategy="multi_worker_mirrored", workers=workers, seed=0, steps=steps,
+                            global_batch_size=16 * workers, steps_per_execution=spe, checkpoint_every=0,
+                            learning_rate=0.01, dashboard=False, logs=False, **options).wait(timeout=900)
+        h = run.history
+        steady = h[h.step > 2 * spe]
+        return float(steady.groupby("worker").comm_time.median().mean()), run
+
+    one, packed = ring(models.mlp(PACKED_MODEL))
+    each, _ = ring(models.mlp(PACKED_MODEL), bytes_per_pack=1)
+    tensors = explain.trainable_bytes(packed.placement)[1]
+    messages = 2 * (workers - 1)
+    alpha = max(0.0, (each - one) / (messages * (tensors - 1)))
+    hidden = round((LARGE_BYTES / 4 - 10) / (data.x_train.shape[1] + 1 + 10))
+    large, run = ring(models.mlp((hidden,)))
+    rates = explain._link_rates(run) or {}
+    if any(r is not None for r in rates.values()):
+        raise invalid("cluster", cluster, "a cluster whose hosts' links are unshaped (bed.set_link(host, None))",
+                      f"Its links: {rates}.")
+    S = explain.trainable_bytes(run.placement)[0]
+    unit = costmodel.Link(math.inf, 0.0, cpu_per_byte=1.0)  # the model's ring at 1 s a byte
+    hosts = {f"worker:{i}": f"h{i}" if rates else "local" for i in range(workers)}
+    seconds = costmodel.predict(costmodel.Scenario(
+        "multi_worker_mirrored", workers, S, 0.0, hosts, links={h: unit for h in hosts.values()} if rates else {},
+        loopback=unit, cores=os.cpu_count()))["comm_time"]
+    per_byte = max(0.0, large - messages * alpha) / seconds
+    figures = {"alpha_s": alpha, "cpu_s_per_byte": per_byte, "workers": workers, "measured": time.time(),
+               "runs": [packed.id, run.id], "model_bytes": S, "ring_s": large, "packs_s": [one, each]}
+    name = "veth" if rates else "loopback"
+    if save:
+        calibration.write(name, figures)
+    return {"path": name, **figures}
