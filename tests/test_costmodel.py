@@ -6,6 +6,7 @@ import math
 import pytest
 
 from workbench.common import costmodel as cm
+from workbench.errors import ConfigError
 from workbench.kernel.runs import explain
 
 MB = 1e6
@@ -52,6 +53,8 @@ def test_message_bytes_at_16_and_8_bits_and_the_other_formulas():
     # stale gradients: the largest stable rate shrinks by sin(pi / (4k + 2)) (1, 0.5, 0.22, 0.10 for k = 0, 1, 3, 7)
     assert [round(cm.stale_rate(k), 4) for k in (0, 1, 3, 7)] == [1.0, 0.5, 0.2225, 0.1045]
     assert cm.stale_rate(100) * 100 == pytest.approx(math.pi / 4, rel=0.01)
+    with pytest.raises(ConfigError, match="delay"):
+        cm.stale_rate(-1)
     assert cm.scaling_efficiency(8, 0.01, 0.01) == 0.5 and cm.scaling_efficiency(8, 0.01, 0.01, overlap=1) == 1
     assert cm.overlapped(0.01, 0.004, overlap=1) == 0.01 and cm.overlapped(0.01, 0.004) == pytest.approx(0.014)
     # compute-bound from the batch on which compute equals the ring's transfer: 1.5 MB at 12.5 MB/s
@@ -225,12 +228,15 @@ def test_a_paths_cpu_per_byte_is_paid_in_series_with_its_wire_and_stretched_by_s
     assert p["comm_time"] == pytest.approx(6 * (alpha + chunk / B100 + chunk * c * 2))
     alone = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, shaped))  # each host its own cores
     assert alone["comm_time"] == pytest.approx(6 * (alpha + chunk / B100 + chunk * c))
-    # an unshaped path's wire is free: its CPU alone (a calibrated loopback or veth)
+    # an unshaped path's wire is free: its CPU alone (a calibrated loopback or veth). One
+    # machine's loopback carries its 4 workers' chunks at once, their CPU spread over its 2
+    # cores: 4 chunks x c / 2 cores, the same stretch x2 a host's own chunk has above
     local = dict.fromkeys(hosts, "local")
     loop = cm.Link(math.inf, alpha, cpu_per_byte=c)
     q = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, local, loopback=loop, cores=2))
-    assert q["comm_time"] == pytest.approx(6 * (alpha + 4 * chunk * c * 2))  # 4 workers' chunks on one loopback
-    assert loop.payload_rate() == pytest.approx(1 / c)
+    assert q["comm_time"] == pytest.approx(6 * (alpha + 4 * chunk * c / 2))
+    assert q["comm_time"] == pytest.approx(p["comm_time"] - 6 * chunk / B100)  # the shaped ring less its wire
+    assert loop.payload_rate() == pytest.approx(1 / c) and cm.Link(math.inf, alpha).payload_rate() == math.inf
 
 
 def test_a_calibrated_path_replaces_the_models_constants_on_the_machine_that_measured_it(tmp_path, monkeypatch):
@@ -246,6 +252,9 @@ def test_a_calibrated_path_replaces_the_models_constants_on_the_machine_that_mea
     shaped = explain.link_of(100_000_000)
     assert shaped.alpha == 6e-4 and shaped.cpu_per_byte == explain.SHAPED_CPU_PASSES * 3e-9
     assert shaped.bytes_per_s == 100e6 / 8 * explain.SHAPED_EFFICIENCY
+    # a calibration whose figures are not positive is not taken (a drowned measurement)
+    calibration.write("loopback", {"alpha_s": 5e-4, "cpu_s_per_byte": 0.0})
+    assert explain.loopback() == explain.LOOPBACK
     # another machine's file is not this one's
     record = calibration.files.read_json(calibration.path())
     calibration.files.write_json(calibration.path(), {**record, "machine": "another CPU x 64 cores"})

@@ -110,10 +110,13 @@ late = dict(model=wb.models.mlp((64, 32)), data=digits, strategy="single", globa
 
 
 def last_loss(run):
-    \"\"\"The training loss over the run's last 50 steps (inf if it diverged to NaN).\"\"\"
+    \"\"\"The training loss over the run's last 50 steps (inf if it diverged: its loss became NaN
+    or infinite, which ends a run with an error saying so).\"\"\"
     try:
         run.wait()
-    except FloatingPointError:
+    except wb.EngineError as e:
+        if "FloatingPointError" not in str(e):
+            raise
         return float("inf")
     return float(run.history.loss.iloc[-50:].mean())
 

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.common import strategies
+from workbench.common import strategies, validate
 
 # -- bytes ------------------------------------------------------------------------------------
 
@@ -147,6 +147,7 @@ def stale_rate(delay: int) -> float:
     is applied ``delay`` updates late, over the undelayed one's: sin(pi / (4k + 2)) (claim
     11's cost: x(t+1) = x(t) - a x(t-k) is stable for a < 2 sin(pi / (4k + 2)), Levin and May
     1976); about pi / (4k) at large k, near staleness-aware SGD's 1 / (k + 1) (Zhang et al. 2016)."""
+    delay = validate.positive_int("delay", delay, minimum=0)
     return math.sin(math.pi / (4 * delay + 2))
 
 
@@ -162,7 +163,8 @@ def young_daly(write_s: float, mtbf_s: float) -> float:
 @dataclass(frozen=True)
 class Link:
     """A host's link: payload ``bytes_per_s`` each way (the set rate x the framing's
-    efficiency, or what an unshaped path measured), its per-message latency ``alpha`` (s),
+    efficiency, what an unshaped path measured, or inf for a calibrated unshaped path, whose
+    bytes cost only ``cpu_per_byte``), its per-message latency ``alpha`` (s),
     ``rate``, the bits/s it was set to (None: unshaped), and ``cpu_per_byte``: seconds of a
     core its messages' ends spend per byte (gRPC's copies, the network stack), in series
     with the wire (``seconds``; measured by ``wb.calibrate_links``, else 0)."""
@@ -172,8 +174,10 @@ class Link:
     rate: int | None = None
     cpu_per_byte: float = 0.0
 
-    def payload_rate(self, share: float = 1.0) -> float:  # the wire and the ends' CPU, in series
-        return 1.0 / (1.0 / self.bytes_per_s + self.cpu_per_byte * share)
+    def payload_rate(self, share: float = 1.0) -> float:
+        """Bytes/s a message's bytes go at: the wire and the ends' CPU (x ``share``), in series."""
+        per_byte = 1.0 / self.bytes_per_s + self.cpu_per_byte * share
+        return 1.0 / per_byte if per_byte > 0 else math.inf
 
 
 @dataclass(frozen=True)
@@ -266,11 +270,18 @@ def path_link(s: Scenario, path: str) -> Link:
     return s.loopback if path.endswith(LO) else s.links[path]
 
 
+def cpu_share(s: Scenario, path: str) -> float:
+    """How a path's CPU per byte stretches: as compute does when the run's workers share the
+    cores (max(1, workers / cores), ``compute_time``); a host's loopback carries all its
+    workers' bytes at once, their CPU spread over min(workers, cores) cores."""
+    if path.endswith(LO):
+        return 1.0 / max(1, min(s.workers, s.cores or s.workers))
+    return max(1.0, s.workers / s.cores) if s.cores else 1.0
+
+
 def seconds(s: Scenario, path: str, sent: float) -> float:
-    """The seconds ``sent`` bytes take on ``path`` (``Link.payload_rate``), the CPU per byte
-    stretched as compute is when the run's workers share the cores (``compute_time``)."""
-    share = max(1.0, s.workers / s.cores) if s.cores else 1.0
-    return sent / path_link(s, path).payload_rate(share)
+    """The seconds ``sent`` bytes take on ``path``: ``Link.payload_rate`` at its ``cpu_share``."""
+    return sent / path_link(s, path).payload_rate(cpu_share(s, path))
 
 
 def paths(s: Scenario) -> set[str]:
@@ -392,7 +403,7 @@ def predict(s: Scenario) -> dict[str, Any]:
         worker_time = fixed + 2 * transfer + 2 * alpha
         rate = n / (worker_time + n * s.pauses) if worker_time > 0 else float("inf")
         for h in set(tx) | set(rx):  # each link moves its bytes per global step at most at its rate
-            rate = min(rate, path_link(s, h).bytes_per_s / max(tx.get(h, 0.0), rx.get(h, 0.0)))
+            rate = min(rate, path_link(s, h).payload_rate(cpu_share(s, h)) / max(tx.get(h, 0.0), rx.get(h, 0.0)))
         # a link that bounds the rate slows every transfer over it: each worker's step then
         # takes n / rate, its pull and push the rest
         transfer = max(transfer, (n / rate - n * s.pauses - fixed - 2 * alpha) / 2) if rate > 0 else transfer

@@ -153,7 +153,8 @@ def delayed(line: list, step: tf.Variable) -> Callable[[list], list]:
             kept = [slots.scatter_update(tf.IndexedSlices(tf.convert_to_tensor(g)[None], slot[None]))
                     if g is not None else slots for slots, g in zip(line, grads)]
         with tf.control_dependencies([k.op if hasattr(k, "op") else k for k in kept]):
-            return [tf.identity(o) for o in old]
+            # a variable with no gradient keeps none (Keras then leaves it, weight decay too)
+            return [tf.identity(o) if g is not None else None for o, g in zip(old, grads)]
 
     return delay
 

@@ -341,7 +341,8 @@ class Cluster:
         pack). ``gradient_delay``: "single" only, each step applies the gradients computed
         that many steps before (the first ``gradient_delay`` steps apply none): the staleness
         every update of an asynchronous run of ``gradient_delay + 1`` equally fast workers
-        has, emulated in one process (a resumed run's delay line starts empty). ``anatomy``: time the pieces of every step
+        has, emulated in one process (the gradients in waiting are checkpointed: a resumed run applies them in turn).
+        ``anatomy``: time the pieces of every step
         (``run.anatomy()``). The bytes each step hands to the all-reduce (``comm_bytes`` in
         ``run.history``, and the dashboard's all-reduce line) are counted either way.
         ``logs``: capture every task's stdout and stderr, TensorFlow's C++ log included

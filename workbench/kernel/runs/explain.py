@@ -55,7 +55,7 @@ BITS = {None: 32, "fp16": 16, "bf16": 16, "int8": 8}
 def measured_path(name: str) -> Link | None:
     """Path ``name`` ("loopback", "veth") as this machine's calibration measured it."""
     figures = calibration.read().get(name)
-    if not figures:
+    if not figures or not all(float(figures.get(k) or 0) > 0 for k in ("alpha_s", "cpu_s_per_byte")):
         return None
     return Link(bytes_per_s=math.inf, alpha=float(figures["alpha_s"]), cpu_per_byte=float(figures["cpu_s_per_byte"]))
 
@@ -351,8 +351,8 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     this machine; None: each host its own, as on real machines). Compute scales with the
     examples and parameters per worker: the calibration's seconds per example and
     parameter, at its share of the cores. ``latency``: seconds each message waits before its
-    bytes, on every link (default: as measured here, ``LINK_ALPHA`` between hosts; a data
-    centre's RDMA or NCCL paths take tens of microseconds). ``bytes_per_pack``: the
+    bytes, on every link (default: this machine's ``wb.calibrate_links``, else ``LINK_ALPHA``
+    between hosts; a data centre's RDMA or NCCL paths take tens of microseconds). ``bytes_per_pack``: the
     all-reduce's packing (None: as calibrated), the calibration's tensors scaled to
     ``model_bytes``."""
     if device != "cpu":

@@ -190,7 +190,7 @@ def calibrate_links(cluster: Any, workers: int = 2, steps: int = 60, save: bool 
     each, _ = ring(models.mlp(PACKED_MODEL), bytes_per_pack=1)
     tensors = explain.trainable_bytes(packed.placement)[1]
     messages = 2 * (workers - 1)
-    alpha = max(0.0, (each - one) / (messages * (tensors - 1)))
+    alpha = (each - one) / (messages * (tensors - 1))
     hidden = round((LARGE_BYTES / 4 - 10) / (data.x_train.shape[1] + 1 + 10))
     large, run = ring(models.mlp((hidden,)))
     rates = explain._link_rates(run) or {}
@@ -203,7 +203,12 @@ def calibrate_links(cluster: Any, workers: int = 2, steps: int = 60, save: bool 
     seconds = costmodel.predict(costmodel.Scenario(
         "multi_worker_mirrored", workers, S, 0.0, hosts, links={h: unit for h in hosts.values()} if rates else {},
         loopback=unit, cores=os.cpu_count()))["comm_time"]
-    per_byte = max(0.0, large - messages * alpha) / seconds
+    per_byte = (large - messages * alpha) / seconds
+    if alpha <= 0 or per_byte <= 0:  # a measurement the machine's other work drowned: not kept
+        raise TestbedError(f"calibrate_links measured alpha {alpha * 1e3:.3f} ms a message and {per_byte * 1e9:.3f} "
+                           f"ns a byte (16 packs {each * 1e3:.2f} ms, 1 pack {one * 1e3:.2f} ms, the 4 MB ring "
+                           f"{large * 1e3:.2f} ms): both must be positive. Nothing was saved; run it again on a "
+                           "quieter machine, or with more steps.")
     figures = {"alpha_s": alpha, "cpu_s_per_byte": per_byte, "workers": workers, "measured": time.time(),
                "runs": [packed.id, run.id], "model_bytes": S, "ring_s": large, "packs_s": [one, each]}
     name = "veth" if rates else "loopback"
