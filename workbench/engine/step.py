@@ -150,9 +150,9 @@ def delayed(line: list, step: tf.Variable) -> Callable[[list], list]:
         slot = tf.math.floormod(step.read_value(), tf.cast(tf.shape(line[0])[0], step.dtype))
         old = [tf.gather(slots, slot) for slots in line]
         with tf.control_dependencies(old):
-            kept = [slots.scatter_update(tf.IndexedSlices(tf.convert_to_tensor(g)[None], slot[None]))
-                    if g is not None else slots for slots, g in zip(line, grads)]
-        with tf.control_dependencies([k.op if hasattr(k, "op") else k for k in kept]):
+            kept = [slots.scatter_update(tf.IndexedSlices(tf.convert_to_tensor(g)[None], slot[None])).op
+                    for slots, g in zip(line, grads) if g is not None]
+        with tf.control_dependencies(kept):
             # a variable with no gradient keeps none (Keras then leaves it, weight decay too)
             return [tf.identity(o) if g is not None else None for o, g in zip(old, grads)]
 

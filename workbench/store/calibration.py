@@ -15,6 +15,7 @@ A path's ``alpha_s`` is the seconds one message of a ring waits before its bytes
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ def path() -> Path:
     return home() / "calibration.json"
 
 
+@functools.cache  # a process's machine does not change
 def machine() -> str:
     """This machine's CPU model and core count: a calibration holds on the machine it names."""
     model = ""

@@ -28,7 +28,7 @@ from workbench.common import costmodel, figures, strategies, validate
 from workbench.common.costmodel import Link
 from workbench.common.rates import parse_rate
 from workbench.errors import invalid
-from workbench.store import calibration
+from workbench.store import calibration as stored_paths  # not predict()'s calibration run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,17 +52,18 @@ UNSHAPED_VETH = Link(bytes_per_s=0.8e9, alpha=2.0e-3)
 BITS = {None: 32, "fp16": 16, "bf16": 16, "int8": 8}
 
 
-def measured_path(name: str) -> Link | None:
-    """Path ``name`` ("loopback", "veth") as this machine's calibration measured it."""
-    figures = calibration.read().get(name)
-    if not figures or not all(float(figures.get(k) or 0) > 0 for k in ("alpha_s", "cpu_s_per_byte")):
-        return None
-    return Link(bytes_per_s=math.inf, alpha=float(figures["alpha_s"]), cpu_per_byte=float(figures["cpu_s_per_byte"]))
+def measured_paths() -> dict[str, Link]:
+    """{"loopback", "veth": the path as this machine's calibration measured it}, read once
+    (a run's explanation, redrawn every second on its dashboard, reads it once)."""
+    return {name: Link(bytes_per_s=math.inf, alpha=float(f["alpha_s"]), cpu_per_byte=float(f["cpu_s_per_byte"]))
+            for name, f in stored_paths.read().items()
+            if all(float(f.get(k) or 0) > 0 for k in ("alpha_s", "cpu_s_per_byte"))}
 
 
-def link_of(rate: int | None) -> Link:
-    """A bed host's link at ``rate`` bits/s (None: unshaped), as the model takes it."""
-    veth = measured_path("veth")
+def link_of(rate: int | None, measured: dict[str, Link] | None = None) -> Link:
+    """A bed host's link at ``rate`` bits/s (None: unshaped), as the model takes it
+    (``measured``: ``measured_paths()``, read here when not given)."""
+    veth = (measured_paths() if measured is None else measured).get("veth")
     if rate is None:
         return veth or UNSHAPED_VETH
     if veth is not None:
@@ -71,9 +72,9 @@ def link_of(rate: int | None) -> Link:
     return Link(bytes_per_s=rate / 8 * SHAPED_EFFICIENCY, alpha=LINK_ALPHA, rate=int(rate))
 
 
-def loopback() -> Link:
+def loopback(measured: dict[str, Link] | None = None) -> Link:
     """One machine's loopback, as the model takes it: calibrated, else ``LOOPBACK``."""
-    return measured_path("loopback") or LOOPBACK
+    return (measured_paths() if measured is None else measured).get("loopback") or LOOPBACK
 
 
 class Explanation:
@@ -152,13 +153,10 @@ def value_bytes(placement: pd.DataFrame) -> float:
 
 
 def tensor_bytes(placement: pd.DataFrame, bits: int = 32) -> list[float]:
-    """The bytes of each trainable variable of one worker's replica as ``bits``-per-value
-    messages send it (32: as it is, whatever its dtype), in the model's order: what TF's
-    packing groups (``costmodel.packs``)."""
-    v = placement[placement.variable.notna() & (placement.kind == "model") & (placement.role == "worker")]
-    if "trainable" in v and v.trainable.notna().any():
-        v = v[v.trainable.fillna(False).astype(bool)]
-    v = v[v.task == v.task.min()]
+    """The bytes of each trainable variable of one replica (``_trainable``) as ``bits``-per-
+    value messages send it (32: as it is, whatever its dtype), in the model's order: what
+    TF's packing groups (``costmodel.packs``)."""
+    v = _trainable(placement)
     if bits == 32:
         return [float(b) for b in v["bytes"]]
     return [math.prod(s) * bits / 8 for s in v["shape"]]
@@ -180,7 +178,7 @@ def _hosts(run: Any) -> dict[str, str]:
     return {t.name: (getattr(t, "host", None) or "local") for t in run.tasks}
 
 
-def _link_rates(run: Any) -> dict[str, int | None] | None:
+def link_rates(run: Any) -> dict[str, int | None] | None:
     """{host: the rate its link had during the run} for a run on a test bed, else None."""
     watch = run.links
     if watch is not None:
@@ -217,8 +215,9 @@ def scenario(run: Any) -> costmodel.Scenario:
     placement = run.placement
     model_bytes, tensors = trainable_bytes(placement, split=spec.splits_model)
     hosts = _hosts(run)
-    rates = _link_rates(run)
-    links = {h: link_of(r) for h, r in rates.items()} if rates else {}
+    rates = link_rates(run)
+    measured = measured_paths()
+    links = {h: link_of(r, measured) for h, r in rates.items()} if rates else {}
     if not links:  # one machine: every task on it, talking over its loopback
         hosts = dict.fromkeys(hosts, "local")
     # the pauses between calls (checkpoints, evaluations, the chief's dispatch) count in a
@@ -233,7 +232,8 @@ def scenario(run: Any) -> costmodel.Scenario:
         packs=_packs(placement, job.bytes_per_pack, bits), bits=bits, value_bytes=value_bytes(placement),
         global_batch_size=job.global_batch_size,
         input=parts["input"], other=parts["other"] + parts["waiting"], pauses=pauses, cores=os.cpu_count(),
-        compute_workers=job.workers, average_every=getattr(job, "average_every", 1) or 1, loopback=loopback())
+        compute_workers=job.workers, average_every=getattr(job, "average_every", 1) or 1,
+        loopback=loopback(measured))
     if spec.has_ps:  # the anatomy counts a worker's pulls of the variables in its compute
         s = replace(s, compute=without_pulls(s, parts["compute"]))
     if spec.splits_model:  # the stages compute one after the other: one step's compute, as timed
@@ -398,19 +398,20 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     hosts.update({f"ps:{j}": f"p{j}" for j in range(k)})
     if spec.has_ps:
         hosts["chief:0"] = "c0"
+    measured = measured_paths()
     if link == AS_CALIBRATED and not base.links:  # calibrated on one machine: predicted on one machine
         hosts = dict.fromkeys(hosts, "local")
         host_link = {}
     else:
         rate = next(iter(base.links.values())).rate if link == AS_CALIBRATED else parse_rate(link, "link")
-        host_link = {h: link_of(rate) for h in set(hosts.values())}
+        host_link = {h: link_of(rate, measured) for h in set(hosts.values())}
     if alpha is not None:
         host_link = {h: replace(link, alpha=alpha) for h, link in host_link.items()}
     s = costmodel.Scenario(
         strategy=base.strategy, workers=n, model_bytes=size, compute=compute, hosts=hosts, links=host_link, ps=k,
         tensors=base.tensors, packs=packs, bits=bits, value_bytes=base.value_bytes, global_batch_size=batch, input=base.input, other=base.other,
         pauses=base.pauses, cores=shared, compute_workers=1, average_every=base.average_every,
-        loopback=loopback() if alpha is None else replace(loopback(), alpha=alpha),
+        loopback=loopback(measured) if alpha is None else replace(loopback(measured), alpha=alpha),
         cuts=tuple(c * batch / base.global_batch_size for c in base.cuts),
         label_bytes=base.label_bytes * batch / base.global_batch_size)
     p = costmodel.predict(s)

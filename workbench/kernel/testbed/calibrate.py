@@ -193,7 +193,7 @@ def calibrate_links(cluster: Any, workers: int = 2, steps: int = 60, save: bool 
     alpha = (each - one) / (messages * (tensors - 1))
     hidden = round((LARGE_BYTES / 4 - 10) / (data.x_train.shape[1] + 1 + 10))
     large, run = ring(models.mlp((hidden,)))
-    rates = explain._link_rates(run) or {}
+    rates = explain.link_rates(run) or {}
     if any(r is not None for r in rates.values()):
         raise invalid("cluster", cluster, "a cluster whose hosts' links are unshaped (bed.set_link(host, None))",
                       f"Its links: {rates}.")
