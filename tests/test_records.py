@@ -157,6 +157,28 @@ def test_two_tasks_events_of_the_same_kind_at_the_same_microsecond_are_both_kept
     assert sorted(tasks.host) == ["h1", "h2"] and len(tasks) == 2
 
 
+def test_a_task_that_reports_its_placement_again_is_counted_once(tmp_path):
+    """A task that reports its variables again into the same run's events (a replacement
+    engine publishes them as it builds its strategy) keeps one row per variable, the
+    latest: before, the rows doubled, and ``run.explain()``, which sums them, would count
+    the model's bytes twice. (A resumed run starts its events afresh: checked, 14 rows
+    before and after ``resume()``.)"""
+    from workbench.kernel.runs.explain import trainable_bytes
+    from workbench.kernel.runs.recorded import RecordedRun
+
+    run = RecordedRun(tmp_path / "runs" / "r1")
+    variables = [{"device": f"/job:worker/replica:0/task:{i}/device:CPU:0", "variable": "dense/kernel:0",
+                  "shape": [64, 10], "bytes": 2560, "kind": "model", "trainable": True} for i in range(2)]
+    for attempt, t in enumerate((1795470000.0, 1795470100.0)):
+        run.log.merge({"events": [{"kind": "placement", "time": t + i, "variables": variables[i:i + 1],
+                                   "tasks": [{"role": "worker", "task": i, "engine": i, "host": f"h{i + 1 + 2 * attempt}",
+                                              "pid": 100 + i}]} for i in range(2)]}, None)
+    rows = run.placement[run.placement.variable.notna()]
+    assert len(rows) == 2 and sorted(rows.task) == [0, 1]
+    assert trainable_bytes(run.placement) == (2560, 1)
+    assert sorted(run.placement[run.placement.variable.isna()].host) == ["h3", "h4"]  # the latest engines
+
+
 def _attempts(pause=60.0):
     """A 2-worker run that did 230 steps at 371.5 steps/s (a checkpoint at step 200), was
     lost, and resumed from that checkpoint a minute later for steps 201-400 at 213.7. The

@@ -271,7 +271,7 @@ class RunLog:
         import pandas as pd
 
         cols = ["role", "task", "engine", "host", "pid", "device", "variable", "shape", "bytes", "kind", "trainable"]
-        rows, tasks = [], {}
+        rows, tasks = {}, {}
         for ev in self._events[:count]:
             if ev["kind"] != "placement":
                 continue
@@ -279,13 +279,13 @@ class RunLog:
                 tasks[(t.get("role"), t.get("task"))] = {
                     **{k: t.get(k) for k in ("role", "task", "engine", "host", "pid")},
                     "device": ", ".join(t.get("devices", []))}
-            for v in ev["variables"]:
+            for v in ev["variables"]:  # a resumed or replaced task reports its variables again: the latest
                 role, task = job_task(v["device"])
-                rows.append({"role": role, "task": task, "device": v["device"], "variable": v["variable"],
-                             "shape": v["shape"], "bytes": v["bytes"], "kind": v.get("kind", "model"),
-                             "trainable": v.get("trainable")})
+                rows[(v["device"], v["variable"])] = {
+                    "role": role, "task": task, "device": v["device"], "variable": v["variable"], "shape": v["shape"],
+                    "bytes": v["bytes"], "kind": v.get("kind", "model"), "trainable": v.get("trainable")}
         rank = {"chief": 0, "ps": 1, "worker": 2, "local": 3}
-        df = pd.DataFrame(list(tasks.values()) + rows, columns=cols)
+        df = pd.DataFrame(list(tasks.values()) + list(rows.values()), columns=cols)
         # tasks report in any order: sort so the table reads the same every time
         # tasks, then model variables, then optimizer state
         df["_kind"] = df.variable.notna().astype(int) + (df.kind == "optimizer").astype(int)
