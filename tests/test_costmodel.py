@@ -2,6 +2,7 @@
 predictions for small scenarios whose every figure can be checked on paper."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -166,6 +167,28 @@ def test_a_parameter_servers_link_carries_n_times_a_workers_and_flattens_the_rat
     fast = cm.predict(cm.Scenario("parameter_server", 1, MB, 0.0, {"ps:0": "p0", "worker:0": "w0"},
                                   {"p0": cm.Link(2 * B, 0.0, 2 * 10**8), "w0": cm.Link(B, 0.0, 10**8)}, ps=1))
     assert fast["steps_per_s"] == pytest.approx(B / MB / 2) and fast["link_util"]["p0"] == pytest.approx(0.25)
+
+
+def test_each_variable_a_parameter_server_holds_adds_its_request_and_headers_to_its_link():
+    """Measured on the bed: a PS task holding 2 biases and the learning rate (3,784 bytes)
+    sent 1.9-2.0x those bytes per global step; ``PS_VARIABLE_BYTES`` a variable accounts for
+    the rest. Worked by hand: 2 PS tasks, 0.99 and 0.01 of 1 MB, holding 3 variables each."""
+    B = B100 * 0.95
+    hosts = {"chief:0": "h0", "ps:0": "p0", "ps:1": "p1", "worker:0": "w0", "worker:1": "w1"}
+    s = cm.Scenario("parameter_server", 2, MB, 0.005, hosts, links(*set(hosts.values())), ps=2,
+                    ps_shares={"ps:0": 0.99, "ps:1": 0.01}, ps_variables={"ps:0": 3, "ps:1": 3})
+    p = cm.predict(s)
+    extra = 3 * cm.PS_VARIABLE_BYTES
+    assert p["bytes_per_step"]["p1"]["tx"] == pytest.approx(0.01 * MB + extra)  # 2.1x the values alone
+    assert p["bytes_per_step"]["p0"]["rx"] == pytest.approx(0.99 * MB + extra)
+    assert p["bytes_per_step"]["w0"]["tx"] == pytest.approx((MB + 2 * extra) / 2)  # half the global steps
+    # a worker's pull and push each move both PS tasks' bytes over its own link
+    assert p["steps_per_s"] == pytest.approx(2 / (0.005 + 2 * (MB + 2 * extra) / B + 2 * 5e-4))
+    assert p["ps_load"]["ps:1"] == pytest.approx(p["steps_per_s"] * (0.01 * MB + extra))
+    # a PS task that holds only the optimizer's variables still serves them
+    lone = cm.predict(replace(s, ps_shares={"ps:0": 1.0}, ps_variables={"ps:0": 4, "ps:1": 1}))
+    assert lone["bytes_per_step"]["p1"]["tx"] == pytest.approx(cm.PS_VARIABLE_BYTES)
+    assert cm.predict(replace(s, ps_variables={}))["bytes_per_step"]["p1"]["tx"] == pytest.approx(0.01 * MB)
 
 
 def test_workers_sharing_cores_compute_longer_and_the_model_says_so():

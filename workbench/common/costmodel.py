@@ -192,9 +192,10 @@ class Scenario:
     cores (None: each host its own cores); ``input`` and ``other`` the rest of its step
     outside communication (waiting for a batch; Python, dispatch); ``pauses``: seconds per
     global step outside every step (checkpoints, evaluations, the chief's dispatch between
-    calls), which slow steps/s but no step. ``ps_shares``: {PS task:
-    its share of the variables' bytes}. ``bits``: the precision of synchronous messages.
-    ``packs``: the all-reduces a synchronous step's gradients are packed into (``packs``).
+    calls), which slow steps/s but no step. ``ps_shares``: {PS task: its share of the
+    variables' bytes}; ``ps_variables``: {PS task: its variables, the optimizer's too, each
+    read or written every worker step (``PS_VARIABLE_BYTES``)}. ``bits``: the precision of
+    synchronous messages. ``packs``: the all-reduces a step's gradients are packed into.
     ``cuts``: a model split into stages (one per worker, ``worker:i`` holding stage i): the
     activation bytes crossing each cut per step, stage i to i+1, forward (their gradients
     come back as many); ``label_bytes``: the labels stage 0 reads and the last stage's loss
@@ -209,6 +210,7 @@ class Scenario:
     links: dict[str, Link] = field(default_factory=dict)
     ps: int = 0
     ps_shares: dict[str, float] = field(default_factory=dict)
+    ps_variables: dict[str, int] = field(default_factory=dict)
     tensors: int = 1
     bits: int = 32
     global_batch_size: int = 0
@@ -231,6 +233,10 @@ class Scenario:
 # the bed (0.3 MB): 3 workers at 200 Mbit, 4 at 50 Mbit stepped 14 and 18 ms slower than one
 # gather's latencies predict: 6 and 9 more latencies (2 ms each), the 3 (n-1) this adds.
 GATHERS_8BIT = 4
+
+# Each variable a PS task holds costs a worker step bytes beyond its values, each way (its request, the
+# response's headers): 2 biases and the learning rate (2,088, 3,784 bytes) went as 2.0-2.5x on the bed.
+PS_VARIABLE_BYTES = 1100
 
 
 def ring(strategy: str) -> bool:
@@ -350,7 +356,8 @@ def predict(s: Scenario) -> dict[str, Any]:
     time is its 2(n-1) (all-gather: n-1) message steps, each the latency plus the busiest
     link's share (8 bits: 3 (n-1) more latencies, ``GATHERS_8BIT``). Parameter servers: each
     worker step pulls every variable and pushes every gradient (S each way on its link, a
-    share of both on each PS task's), the pull, then the push: M/B each (not at once, as
+    share of both on each PS task's, + ``PS_VARIABLE_BYTES`` a variable), the pull, then
+    the push: M/B each (not at once, as
     claim 3 takes them); the global rate is the lesser of n / (one worker's step time) and
     each link's bytes/s over the bytes it must move per global step. Every transfer's bytes
     also pay their ends' CPU (``seconds``). A split model (``cuts``): step time
@@ -385,12 +392,16 @@ def predict(s: Scenario) -> dict[str, Any]:
     elif spec.has_ps:
         S = s.model_bytes
         shares = s.ps_shares or {f"ps:{j}": 1.0 / max(s.ps, 1) for j in range(s.ps)}
+        # each PS task's bytes per worker step, each way: its share of the values, and its
+        # variables' requests and headers
+        served = {ps: shares.get(ps, 0.0) * S + PS_VARIABLE_BYTES * s.ps_variables.get(ps, 0)
+                  for ps in sorted(set(shares) | set(s.ps_variables))}
         transfer, alpha = 0.0, 0.0  # one way, for the slowest worker, unloaded links
         for w in (f"worker:{i}" for i in range(n)):
             moved: dict[str, float] = {}  # link -> bytes this worker's step moves over it, each way
-            for ps, share in shares.items():
+            for ps, size in served.items():
                 for h in _cross(s, ps, w):
-                    moved[h] = moved.get(h, 0.0) + share * S
+                    moved[h] = moved.get(h, 0.0) + size
                     alpha = max(alpha, path_link(s, h).alpha)
             transfer = max([transfer] + [seconds(s, h, b) for h, b in moved.items()])
             for h, b in moved.items():  # a global step is one worker's step: each worker 1/n of them
@@ -414,9 +425,9 @@ def predict(s: Scenario) -> dict[str, Any]:
         # and the push after it
         compute += transfer + alpha
         comm = transfer + alpha
-        for ps, share in shares.items():
+        for ps, size in served.items():
             crosses = any(_cross(s, ps, f"worker:{i}") for i in range(n))
-            ps_load[ps] = rate * share * S if crosses else 0.0
+            ps_load[ps] = rate * size if crosses else 0.0
     elif s.cuts:
         comm, latency = _cuts_step(s, tx, rx)
         worker_time, on_links = fixed + comm, comm

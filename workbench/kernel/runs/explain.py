@@ -166,12 +166,12 @@ def _packs(placement: pd.DataFrame, bytes_per_pack: int, bits: int, scale: float
     return costmodel.packs([b * scale for b in tensor_bytes(placement, bits)], bytes_per_pack)
 
 
-def _ps_shares(placement: pd.DataFrame) -> dict[str, float]:
-    v = placement[placement.variable.notna() & (placement.kind == "model") & (placement.role == "ps")]
-    total = float(v["bytes"].sum())
-    if not total:
-        return {}
-    return {f"ps:{int(t)}": float(b) / total for t, b in v.groupby("task")["bytes"].sum().items()}
+def _ps_tasks(placement: pd.DataFrame) -> tuple[dict[str, float], dict[str, int]]:
+    """({PS task: its share of the model's bytes}, {PS task: its variables, the optimizer's too})."""
+    v = placement[placement.variable.notna() & (placement.role == "ps")]
+    model = v[v.kind == "model"].groupby("task")["bytes"].sum()
+    shares = {f"ps:{int(t)}": float(b) / float(model.sum()) for t, b in model.items()} if model.sum() else {}
+    return shares, {f"ps:{int(t)}": int(c) for t, c in v.groupby("task").size().items()}
 
 
 def _hosts(run: Any) -> dict[str, str]:
@@ -216,7 +216,7 @@ def scenario(run: Any) -> costmodel.Scenario:
     model_bytes, tensors = trainable_bytes(placement, split=spec.splits_model)
     hosts = _hosts(run)
     rates = link_rates(run)
-    measured = measured_paths()
+    measured, (ps_shares, ps_variables) = measured_paths(), _ps_tasks(placement)
     links = {h: link_of(r, measured) for h, r in rates.items()} if rates else {}
     if not links:  # one machine: every task on it, talking over its loopback
         hosts = dict.fromkeys(hosts, "local")
@@ -228,7 +228,7 @@ def scenario(run: Any) -> costmodel.Scenario:
     bits = BITS.get(job.compression, 32)
     s = costmodel.Scenario(
         strategy=job.strategy, workers=job.workers, model_bytes=model_bytes, compute=parts["compute"], hosts=hosts,
-        links=links, ps=job.ps, ps_shares=_ps_shares(placement), tensors=tensors,
+        links=links, ps=job.ps, ps_shares=ps_shares, ps_variables=ps_variables, tensors=tensors,
         packs=_packs(placement, job.bytes_per_pack, bits), bits=bits, value_bytes=value_bytes(placement),
         global_batch_size=job.global_batch_size,
         input=parts["input"], other=parts["other"] + parts["waiting"], pauses=pauses, cores=os.cpu_count(),
@@ -409,6 +409,7 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
         host_link = {h: replace(link, alpha=alpha) for h, link in host_link.items()}
     s = costmodel.Scenario(
         strategy=base.strategy, workers=n, model_bytes=size, compute=compute, hosts=hosts, links=host_link, ps=k,
+        ps_variables={f"ps:{j}": -(-sum(base.ps_variables.values()) // k) for j in range(k)},  # round-robin
         tensors=base.tensors, packs=packs, bits=bits, value_bytes=base.value_bytes, global_batch_size=batch, input=base.input, other=base.other,
         pauses=base.pauses, cores=shared, compute_workers=1, average_every=base.average_every,
         loopback=loopback(measured) if alpha is None else replace(loopback(measured), alpha=alpha),
