@@ -279,7 +279,7 @@ class RunLog:
                 tasks[(t.get("role"), t.get("task"))] = {
                     **{k: t.get(k) for k in ("role", "task", "engine", "host", "pid")},
                     "device": ", ".join(t.get("devices", []))}
-            for v in ev["variables"]:  # a resumed or replaced task reports its variables again: the latest
+            for v in ev["variables"]:  # a replacement engine reports its task's variables again: the latest
                 role, task = job_task(v["device"])
                 rows[(v["device"], v["variable"])] = {
                     "role": role, "task": task, "device": v["device"], "variable": v["variable"], "shape": v["shape"],

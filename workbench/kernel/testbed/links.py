@@ -77,7 +77,8 @@ def shape(veth: str, netns: str, bits: int | None) -> None:
             if out.returncode != 0 and "No such file" not in out.stderr and "Cannot delete qdisc with handle of zero" not in out.stderr:
                 raise TestbedError(f"`{' '.join(prefix)} qdisc del dev {dev} root` failed: {out.stderr.strip()}")
             continue
-        # the queue holds 20 ms: enough for one TCP stream to fill the rate, little added delay
+        # the queue holds 20 ms (enough for one TCP stream to fill the rate, little added
+        # delay), and at least 256 KiB: what the host's own TCP queues at once (see above)
         cmd = [*prefix, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{bits}bit",
                "burst", str(FRAME + int(bits / 8 * SLACK)), "limit", str(max(int(bits / 8 * QUEUE), QUEUE_FLOOR)),
                "peakrate", f"{1000 * bits}bit", "mtu", str(FRAME)]  # see the docstring
