@@ -142,7 +142,7 @@ def stop_once_replaced(run, lost, timeout):
         wait_for(lambda: run.step >= reached + 100 or run.done, 120, lambda: f"steps past {reached}: at {run.step}")
     finally:
         run.stop()
-    assert run.stopped and run.error is None, f"{run.error}\n{getattr(run.error, 'remote_traceback', '')}"
+    assert run.stopped and run.error is None, f"{run.failure}"  # whole: the engine's traceback, TF's root errors
     assert sorted(run.history.step) == list(range(1, run.final_step + 1)), "every step reported exactly once"
 
 

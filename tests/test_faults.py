@@ -169,3 +169,24 @@ def test_a_run_lost_before_its_first_checkpoint_resumes_from_step_0():
     for w in ("worker:0", "worker:1"):
         assert list(resumed.history[resumed.history.worker == w].step) == list(range(1, 301))
         assert list(wb.load(run.id).history.query("worker == @w").step) == list(range(1, 301))
+
+
+def test_results_lost_with_their_worker_are_told_from_other_errors():
+    """The chief runs a call's steps again when the worker that ran them is gone before their
+    results are read: unavailable, or replaced at its address before TF noticed (the new
+    server knows none of the old one's handles; TF's coordinator reads the same messages as
+    a worker's failure). Any other error stays the run's error."""
+    import tensorflow as tf
+
+    from workbench.engine.strategies.parameter_server import lost_with_its_worker
+
+    def invalid(text):
+        return tf.errors.InvalidArgumentError(None, None, text)
+
+    replaced = ("2 root error(s) found.\n  (0) INVALID_ARGUMENT: Unable to find the relevant tensor remote_handle: "
+                "Op ID: 2311, Output num: 0\n\t [[{{node RemoteCall}}]]\n  (1) INVALID_ARGUMENT: ...")
+    assert lost_with_its_worker(tf.errors.UnavailableError(None, None, "failed to connect to all addresses"))
+    assert lost_with_its_worker(invalid(replaced))
+    assert lost_with_its_worker(invalid("/job:worker/replica:0/task:1: Unknown device"))
+    assert not lost_with_its_worker(invalid("Incompatible shapes: [64,10] vs. [32,10]"))
+    assert not lost_with_its_worker(tf.errors.NotFoundError(None, None, "Unable to find the relevant tensor"))

@@ -16,6 +16,8 @@ from test_hangs import no_run_left  # noqa: F401  (autouse here too, on this mod
 
 import workbench as wb
 from checks import bed_cluster, wait_for
+from workbench.common.pids import alive
+from workbench.kernel.engines import health
 
 pytestmark = [pytest.mark.hosts, pytest.mark.cluster, pytest.mark.slow]
 
@@ -85,3 +87,28 @@ def test_a_users_function_that_blocks_on_another_host_is_named_with_its_line(clu
     assert "worker:0 waits for worker:1 inside TensorFlow, executing __inference_run_steps" in message, message
     assert run.step <= BLOCK_AFTER
     assert "<- your code" in error.stacks["worker:1"] and "[read by debug thread]" in error.stacks["worker:1"]
+
+
+def test_a_replaced_engine_that_still_holds_its_port_leaves_its_successor_another(cluster):
+    """An ended engine's process can outlive its replacement's start (one forked by an SSH
+    host's zygote ends when a thread of its own sees its launcher gone; a stopped one, as
+    here, not before it continues). Handed that process's TF port, the successor failed to
+    start its TF server ("Could not start gRPC server": CI, stop 51); it gets another."""
+    run = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, global_batch_size=64,
+                        steps=20, learning_rate=0.05, checkpoint_every=0, dashboard=False).wait(timeout=180)
+    task, host, pid = worker_1(cluster, run)
+    old = cluster.engine_info[task.engine_id]
+    os.kill(pid, signal.SIGSTOP)  # an engine of this test's bed, a process of this machine
+    try:
+        new = cluster.engine_info[cluster.recycle([task.engine_id])[task.engine_id]]
+        print(f"{task.name}'s engine {old.id} on {host} held port {old.port} (stopped, pid {pid}); "
+              f"engine {new.id} on {new.host} got port {new.port}")
+        assert health.answer(f"{old.address}:{old.port}") == "open"  # the stopped process still listens
+        assert new.host == old.host and new.port != old.port, (old, new)
+        again = cluster.train(MLP, DIGITS, strategy="multi_worker_mirrored", workers=2, global_batch_size=64,
+                              steps=20, learning_rate=0.05, checkpoint_every=0, dashboard=False).wait(timeout=180)
+        assert again.step == 20 and new.id in {t.engine_id for t in again.tasks}, again.tasks
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: not alive(pid), 60, lambda: f"the replaced engine's process {pid} to end once continued")

@@ -280,14 +280,16 @@ class Cluster:
         """These tasks run now: their engines hold the TF state they leave."""
         self.pool.mark(tasks)
 
-    def recycle(self, engine_ids: list[int]) -> dict[int, int]:
+    def recycle(self, engine_ids: list[int], same_ports: bool = False) -> dict[int, int]:
         """Replace engines ``engine_ids`` with fresh ones on the same ports. Returns {old: new}.
 
         Local engines are killed by PID (they may be blocked inside a TF collective, deaf
-        to ipyparallel's shutdown request); remote ones are asked to shut down.
+        to ipyparallel's shutdown request); remote ones are asked to shut down. A port an
+        old engine's process still holds is not handed on, unless ``same_ports`` (a task
+        replaced mid-run): then it is waited for (``EnginePool.recycle``).
         """
         self._require_running()
-        return self.pool.recycle(engine_ids)
+        return self.pool.recycle(engine_ids, same_ports=same_ports)
 
     # -- runs --------------------------------------------------------------------------
     def train(self, model: Callable[[], Any], data: Data | tuple | Callable[[Any], Any], *,

@@ -117,9 +117,11 @@ def _train(job, ctx, strategy, coordinator):
         remote, n = inflight.pop(0)
         try:
             worker, (losses, hits, stale, *values), began, ended = remote.fetch()
-        except tf.errors.UnavailableError:
+        except (tf.errors.UnavailableError, tf.errors.InvalidArgumentError) as e:
             # the worker that ran these steps died before its results were read: they are
             # lost with it, so run them again elsewhere (the model may count a few extra)
+            if not lost_with_its_worker(e):
+                raise
             retries += 1
             if retries > 10 * job.workers:
                 raise
@@ -183,3 +185,18 @@ def _partitioner(job):
         return tf.distribute.experimental.partitioners.FixedShardsPartitioner(p)
     kind, value = p
     return tf.distribute.experimental.partitioners.MinSizePartitioner(min_shard_bytes=value, max_shards=job.ps)
+
+
+def lost_with_its_worker(error: Exception) -> bool:
+    """Did reading a call's results fail because the worker that ran it is gone? Its server
+    is unavailable; or a replacement took its address before TF noticed, and does not know
+    the results' handles ("Unable to find the relevant tensor remote_handle": CI, stop 50, a
+    host of both workers replaced there). TF's coordinator reads the same messages as a
+    worker's failure for the calls it runs (``cluster_coordinator._is_worker_failure``)."""
+    import tensorflow as tf
+
+    if isinstance(error, tf.errors.UnavailableError):
+        return True
+    text = str(error)
+    return isinstance(error, tf.errors.InvalidArgumentError) and (
+        "Unable to find the relevant tensor remote_handle" in text or "unknown device" in text.lower())

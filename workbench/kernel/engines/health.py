@@ -32,6 +32,20 @@ def answers(targets: Sequence[str], timeout: float = 2.0) -> dict[str, str]:
         return dict(zip(targets, pool.map(lambda t: answer(t, timeout), targets)))
 
 
+def held(targets: Sequence[str], within: float = 0.0) -> list[str]:
+    """The ``"address:port"`` targets something still listens on ("open"), asked again until
+    none is or ``within`` seconds have passed: ended engines' TF ports that a replacement
+    given the same port could not bind yet ("Could not start gRPC server")."""
+    import time
+
+    end = time.monotonic() + within
+    while True:
+        still = [t for t, a in answers(targets, timeout=1.0).items() if a == "open"]
+        if not still or time.monotonic() >= end:
+            return still
+        time.sleep(0.1)
+
+
 def unreachable(targets: Sequence[str], timeout: float = 2.0) -> list[str]:
     """The ``"address:port"`` targets that refuse or ignore a TCP connection from here."""
     return [t for t, a in answers(targets, timeout).items() if a != "open"]

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 from workbench.common import roles
 from workbench.engine.startup import inventory
 from workbench.errors import ClusterError
+from workbench.kernel.engines.health import held
 from workbench.kernel.engines.processes import alive, reap, wait_until
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -331,12 +332,17 @@ class EnginePool:
             self.recycle(bad)
 
     # -- recycling ---------------------------------------------------------------------
-    def recycle(self, engine_ids: Iterable[int]) -> dict[int, int]:
+    def recycle(self, engine_ids: Iterable[int], same_ports: bool = False) -> dict[int, int]:
         """Replace engines ``engine_ids`` with fresh ones on the same ports. Returns {old: new}.
 
         Registered engines outside the inventory (a local cluster's spare,
         ``Cluster.keep_standby``) are taken first; the engines the restart starts register
-        later and become the next spares."""
+        later and become the next spares. A port an old engine's process still holds once
+        the new ones registered (it outlives its kill: one forked by an SSH host's zygote
+        ends when a thread of its own sees its launcher's stand-in gone, a stopped one not
+        before it continues) is not handed on, or the new engine's TF server could not bind
+        it (CI, stop 51); ``same_ports`` (a replacement mid-run, whose peers know the old
+        port) waits up to ``timeout`` for it first."""
         engine_ids = sorted(engine_ids)
         old = {e: self._info[e] for e in engine_ids}
         # raises, the pool unchanged, where it cannot; a launcher that restarts its whole
@@ -362,9 +368,11 @@ class EnginePool:
                        lambda: f"{len(engine_ids)} new engines; registered: {self.client.ids}")
             new = fresh()[: len(engine_ids)]
             self._retired.update(engine_ids)
-        ports = {}
-        for o in old.values():
-            ports.setdefault(o.host, []).append(o.port)
+        ports, targets = {}, {f"{o.address}:{o.port}": o for o in old.values()}
+        taken = set(held(list(targets), within=self.timeout if same_ports else 0.0))
+        for target, o in targets.items():
+            if target not in taken:
+                ports.setdefault(o.host, []).append(o.port)
         self.take_inventory(new, keep_ports=ports)
         by_host = {}
         for o in old.values():

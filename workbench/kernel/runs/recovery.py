@@ -230,7 +230,7 @@ class EngineWatch:
         pool = run.cluster.pool
         try:
             with self._recycling:
-                mapping = run.cluster.recycle([t.engine_id for t in tasks])
+                mapping = run.cluster.recycle([t.engine_id for t in tasks], same_ports=True)
         except Exception as e:  # the run goes on with the workers it has
             for t in tasks:
                 run.note("worker_not_replaced", task=t.name, step=run.step, error=f"{type(e).__name__}: {e}")
