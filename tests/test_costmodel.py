@@ -79,6 +79,24 @@ def test_a_two_host_ring_step_is_its_compute_plus_2_messages_of_half_the_model()
     assert p["bottleneck"] == "network: h1" and p["why"].startswith("network-bound: h1's link carries 1 MB per step")
 
 
+def test_sparse_gradients_are_gathered_beside_the_ring_of_the_dense_ones():
+    """An embedding's gradient (a replica's rows and their indices, G bytes) crosses in TF's
+    all-gathers, not the ring: n-1 message steps carry G each over every host's link, in 3
+    gathers (the rows' count, the rows, the indices), each paying its n-1 latencies."""
+    hosts = {f"worker:{i}": f"h{i}" for i in range(3)}
+    mb = {h: cm.Link(1e6, 1e-3) for h in hosts.values()}  # 1 MB/s, 1 ms a message
+    dense = cm.Scenario("multi_worker_mirrored", 3, 3e5, compute=0.01, hosts=hosts, links=mb)
+    both = cm.predict(replace(dense, sparse=1e5))
+    assert cm.predict(dense)["comm_time"] == pytest.approx(4 * (1e-3 + 0.1))  # 2(n-1) messages of S/n
+    assert both["comm_time"] == pytest.approx(4 * (1e-3 + 0.1) + 2 * (0.1 + 3 * 1e-3))
+    assert both["steps_per_s"] == pytest.approx(1 / (0.01 + 0.404 + 0.206))
+    assert both["bytes_per_step"]["h1"] == {"tx": pytest.approx(4e5 + 2e5), "rx": pytest.approx(4e5 + 2e5)}
+    assert both["latency_time"] == pytest.approx(4e-3 + 2 * 3 * 1e-3)
+    # only sparse gradients: no ring of dense ones, nor its latencies
+    alone = cm.predict(replace(dense, model_bytes=0.0, tensors=0, sparse=1e5))
+    assert alone["comm_time"] == pytest.approx(2 * (0.1 + 3 * 1e-3))
+
+
 def test_packing_counts_tfs_own_packs_and_each_pack_pays_its_messages_latencies():
     """``packs`` groups tensors as TF's ``group_by_size`` does (checked against TF itself),
     and a ring of k packs pays k x 2(n-1) latencies for the same bytes (claim 7: packing

@@ -187,3 +187,40 @@ def test_calibrate_links_measures_the_loopback_with_tfs_ring_and_the_model_takes
     assert 0.5 <= comm.ratio <= 2.0, comm
     with pytest.raises(wb.ConfigError, match="workers"):
         wb.calibrate_links(cluster, workers=1)
+
+
+def test_an_embeddings_sparse_gradients_are_counted_and_predicted_as_gathered(cluster):
+    """An embedding's gradient is sparse (a row per token looked up, and its index), and TF
+    all-gathers those rows instead of all-reducing the table: the steps count the bytes the
+    gathers take, not the table's (20,000 x 32 float32: 2.56 MB, where a replica's 32
+    examples of 16 tokens hand over 512 rows), and the model predicts them. 16-bit messages
+    halve the rows' values, not their indices."""
+    import numpy as np
+
+    vocab, dim, seq = 20_000, 32, 16
+
+    def model():
+        import keras
+
+        return keras.Sequential([keras.Input((seq,)), keras.layers.Embedding(vocab, dim),
+                                 keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(10)])
+
+    tokens = np.random.default_rng(0).integers(0, vocab, size=(2048, seq))
+    data = wb.datasets.from_numpy(tokens, tokens[:, 0] % 10)
+    dense = 4 * (dim * 10 + 10)
+    for compression, value in ((None, 4), ("fp16", 2)):
+        run = cluster.train(model, data, strategy="multi_worker_mirrored", workers=2, global_batch_size=64, steps=20,
+                            loss="sparse_categorical_crossentropy", compression=compression, checkpoint_every=0,
+                            dashboard=False).wait(timeout=300)
+        rows = run.placement[run.placement.sparse_bytes.notna()]
+        gathered = 32 * seq * (dim * value + 4)  # int32 indices
+        assert rows.variable.nunique() == 1 and rows.variable.iloc[0].endswith("/embeddings"), rows
+        assert set(rows.sparse_bytes) == {gathered}
+        sent = run.explain().table.set_index("figure").loc["bytes handed to the all-reduce per step"]
+        print(compression, sent.to_dict())
+        assert sent.measured == gathered + dense * value / 4 and sent.ratio == pytest.approx(1.0), sent
+        assert f"sparse gradients: {gathered:,} gathered" in sent.source
+    # its rows were measured at 16 bits only: another precision is not predicted from them
+    with pytest.raises(wb.ConfigError, match="compression"):
+        wb.predict(run, compression=None)
+    assert wb.predict(run, workers=4).table.set_index("figure").loc["steps/s", "predicted"] > 0

@@ -23,7 +23,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.common import strategies, validate
+from workbench.common import strategies
+from workbench.common.formulas import (  # noqa: F401 - claims 9, 11, 12, as costmodel.* too
+    OPTIMIZER_BYTES, async_staleness, memory_per_parameter, stale_rate, young_daly)
 
 # -- bytes ------------------------------------------------------------------------------------
 
@@ -64,16 +66,6 @@ def cut_bytes(batch: int, width: int, dtype_bytes: int = 4) -> float:
     """Bytes crossing a model-parallel cut per step: the activations forward and their
     gradients back, 2 x batch x width x dtype bytes (DistBelief: a bad split floods the network)."""
     return 2.0 * batch * width * dtype_bytes
-
-
-OPTIMIZER_BYTES = {"sgd": 8, "momentum": 12, "adam": 16}  # fp32 weights + gradients, + 1 or 2 moments
-
-
-def memory_per_parameter(optimizer: str) -> int:
-    """Bytes a parameter costs in training at fp32: weights and gradients (8), plus momentum
-    (12) or Adam's two moments (16) (claim 9: the Ultra-Scale Playbook). Split 1/k over k PS
-    tasks by a variable partitioner."""
-    return OPTIMIZER_BYTES[optimizer]
 
 
 # -- time -------------------------------------------------------------------------------------
@@ -136,27 +128,6 @@ def compute_bound_batch(flops_per_example: float, flops_per_s: float, S: float, 
     return ring_bytes(S, n) / B * flops_per_s / flops_per_example
 
 
-def async_staleness(n: int) -> float:
-    """With n equal-speed asynchronous workers a gradient is on average n-1 updates stale
-    (claim 11: ML Systems book)."""
-    return max(n - 1, 0)
-
-
-def stale_rate(delay: int) -> float:
-    """The largest learning rate at which gradient descent still converges when each gradient
-    is applied ``delay`` updates late, over the undelayed one's: sin(pi / (4k + 2)) (claim
-    11's cost: x(t+1) = x(t) - a x(t-k) is stable for a < 2 sin(pi / (4k + 2)), Levin and May
-    1976); about pi / (4k) at large k, near staleness-aware SGD's 1 / (k + 1) (Zhang et al. 2016)."""
-    delay = validate.positive_int("delay", delay, minimum=0)
-    return math.sin(math.pi / (4 * delay + 2))
-
-
-def young_daly(write_s: float, mtbf_s: float) -> float:
-    """The checkpoint interval that loses least to failures: sqrt(2 x write time x MTBF)
-    (claim 12: Young 1974, Daly 2006)."""
-    return math.sqrt(2 * write_s * mtbf_s)
-
-
 # -- a scenario -------------------------------------------------------------------------------
 
 
@@ -200,7 +171,9 @@ class Scenario:
     activation bytes crossing each cut per step, stage i to i+1, forward (their gradients
     come back as many); ``label_bytes``: the labels stage 0 reads and the last stage's loss
     needs, sent with the forward pass. ``value_bytes``: the bytes of one of the model's
-    values (4: float32; 8: float64, which 16- and 8-bit messages send as 2 and 1)."""
+    values (4: float32; 8: float64, which 16- and 8-bit messages send as 2 and 1).
+    ``sparse``: the bytes of one replica's sparse gradients (an embedding's rows and their
+    indices, as sent), which TF all-gathers (``SPARSE_GATHERS``) instead of all-reducing."""
 
     strategy: str
     workers: int
@@ -225,13 +198,15 @@ class Scenario:
     cuts: tuple[float, ...] = ()
     label_bytes: float = 0.0
     value_bytes: float = 4.0
+    sparse: float = 0.0
 
 
-# 8-bit messages cross in 4 all-gathers of n-1 messages each, one after the other: the int8
-# values, their scales, and before each TF's gather of every rank's shape (cross_device_utils'
-# CollectiveReplicaLauncher.all_gather); only the values carry bytes that count. Measured on
-# the bed (0.3 MB): 3 workers at 200 Mbit, 4 at 50 Mbit stepped 14 and 18 ms slower than one
-# gather's latencies predict: 6 and 9 more latencies (2 ms each), the 3 (n-1) this adds.
+# Sparse gradients cross in 3 all-gathers of n-1 messages each: their rows' count, rows, indices
+# (cross_device_utils.all_reduce_indexed_slices); the last two carry (n-1) x a replica's bytes.
+SPARSE_GATHERS = 3
+# 8-bit messages cross in 4 all-gathers of n-1 messages each: the int8 values, their scales, each
+# after TF's gather of every rank's shape (CollectiveReplicaLauncher.all_gather). On the bed, 0.3
+# MB: 3 workers at 200 Mbit, 4 at 50 stepped 14 and 18 ms past one gather: its 3 (n-1) latencies.
 GATHERS_8BIT = 4
 
 # Each variable a PS task holds costs a worker step bytes beyond its values, each way (its request, the
@@ -354,22 +329,21 @@ def predict(s: Scenario) -> dict[str, Any]:
 
     Synchronous rings: step time = input + compute + the ring's messages + other; the ring's
     time is its 2(n-1) (all-gather: n-1) message steps, each the latency plus the busiest
-    link's share (8 bits: 3 (n-1) more latencies, ``GATHERS_8BIT``). Parameter servers: each
-    worker step pulls every variable and pushes every gradient (S each way on its link, a
-    share of both on each PS task's, + ``PS_VARIABLE_BYTES`` a variable), the pull, then
-    the push: M/B each (not at once, as
-    claim 3 takes them); the global rate is the lesser of n / (one worker's step time) and
-    each link's bytes/s over the bytes it must move per global step. Every transfer's bytes
-    also pay their ends' CPU (``seconds``). A split model (``cuts``): step time
-    = input + every stage's compute + each cut's transfers forward and back, one after the
-    other (``_cuts_step``); no overlap (the workbench runs no pipeline of micro-batches)."""
+    link's share (8 bits: 3 (n-1) more latencies, ``GATHERS_8BIT``; sparse gradients:
+    ``SPARSE_GATHERS`` more gathers). Parameter servers: each worker step pulls every
+    variable and pushes every gradient (S each way on its link, a share of both on each PS
+    task's, + ``PS_VARIABLE_BYTES`` a variable), the pull, then the push: M/B each (not at
+    once, as claim 3 takes them); the global rate is the lesser of n / (one worker's step
+    time) and each link's bytes/s over the bytes it must move per global step. Every
+    transfer's bytes also pay their ends' CPU (``seconds``). A split model (``cuts``): step
+    time = input + every stage's compute + each cut's transfers forward and back, one after
+    the other (``_cuts_step``); no overlap (the workbench runs no pipeline of micro-batches)."""
     compute, cpu_wait = compute_time(s)
     n = s.workers
     fixed = s.input + compute + s.other
     tx: dict[str, float] = {}
     rx: dict[str, float] = {}
-    comm = 0.0
-    ps_load: dict[str, float] = {}
+    comm, ps_load = 0.0, {}
     spec = strategies.spec(s.strategy)
     if ring(s.strategy) and n > 1:
         S = message_bytes(s.model_bytes, s.bits, s.tensors, s.value_bytes)
@@ -377,18 +351,24 @@ def predict(s: Scenario) -> dict[str, Any]:
         one, out = _ring_step(s, chunk)
         alpha = max((path_link(s, h).alpha for h in out), default=0.0)
         packs = 1 if s.bits == 8 else s.packs  # each pack its messages, their bytes split
-        comm = steps * (one + (packs - 1) * alpha)
+        comm = steps * (one + (packs - 1) * alpha) if S or not s.sparse else 0.0
+        latency = steps * (GATHERS_8BIT if s.bits == 8 else packs) * alpha if comm else 0.0
         if s.bits == 8:  # latency-only gathers beside the one that carries the bytes
             comm += (GATHERS_8BIT - 1) * (n - 1) * alpha
+        sent = {h: steps * b for h, b in out.items()} if comm else {}
+        if s.sparse:  # gathered: each rank's rows pass every other rank, n-1 message steps a gather
+            one, out = _ring_step(s, s.sparse)
+            comm += (n - 1) * (one + (SPARSE_GATHERS - 1) * alpha)
+            latency += (n - 1) * SPARSE_GATHERS * alpha
+            sent = {h: sent.get(h, 0.0) + (n - 1) * out.get(h, 0.0) for h in set(sent) | set(out)}
         every = s.average_every if spec.averages else 1
-        comm /= every
-        for h, sent in out.items():
-            tx[h] = tx.get(h, 0.0) + steps * sent / every
-            rx[h] = rx.get(h, 0.0) + steps * sent / every  # a ring receives what it sends
+        comm, latency = comm / every, latency / every
+        for h, b in sent.items():
+            tx[h] = tx.get(h, 0.0) + b / every
+            rx[h] = rx.get(h, 0.0) + b / every  # a ring receives what it sends
         worker_time = fixed + comm
         rate = 1.0 / (worker_time + s.pauses)
         on_links = comm
-        latency = steps * (GATHERS_8BIT if s.bits == 8 else packs) * alpha / every
     elif spec.has_ps:
         S = s.model_bytes
         shares = s.ps_shares or {f"ps:{j}": 1.0 / max(s.ps, 1) for j in range(s.ps)}

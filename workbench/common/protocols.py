@@ -84,7 +84,7 @@ class VariableRow(TypedDict):
 
 EventKind = Literal["placement", "checkpoint", "eval", "profile", "worker_lost", "worker_replaced",
                     "worker_not_replaced", "injected", "run_dir_unshared", "run_files_not_copied",
-                    "engines_not_replaced", "hang"]
+                    "engines_not_replaced", "hang", "sparse_gradients"]
 
 
 class _Event(TypedDict):

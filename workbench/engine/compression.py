@@ -38,9 +38,30 @@ if TYPE_CHECKING:
 
 
 def _bytes(tensors):
+    """The bytes of ``tensors`` as the collectives take them: a sparse gradient
+    (``IndexedSlices``: an embedding's) its rows and their indices, which TF all-gathers
+    (``cross_device_utils.all_reduce_indexed_slices``), not its dense shape."""
     import tensorflow as tf
 
-    return tf.add_n([tf.cast(tf.size(t), tf.float32) * t.dtype.size for t in tensors])
+    parts = [p for t in tensors for p in ((t.values, t.indices) if isinstance(t, tf.IndexedSlices) else (t,))]
+    return tf.add_n([tf.cast(tf.size(t), tf.float32) * t.dtype.size for t in parts])
+
+
+def sparse_gradients(tensors: list, variables: list) -> list[dict]:
+    """``{"variable", "bytes"}`` of each gradient in ``tensors`` that is sparse (an
+    embedding's ``IndexedSlices``), as traced: its rows and indices, the bytes one replica
+    hands TF's all-gathers per step (None where its rows are not known when traced). The
+    engine reports them once (``placement`` event's companion, ``sparse_gradients``): the
+    cost model all-gathers them instead of all-reducing their variables' dense bytes."""
+    import tensorflow as tf
+
+    out = []
+    for t, v in zip(tensors, variables):
+        if isinstance(t, tf.IndexedSlices):
+            rows, width = t.indices.shape[0], t.values.shape[1:].num_elements()
+            size = None if rows is None or width is None else rows * (width * t.values.dtype.size + t.indices.dtype.size)
+            out.append({"variable": getattr(v, "path", None) or v.name, "bytes": size})
+    return out
 
 
 def _clock(deps):
@@ -74,6 +95,7 @@ def reducer(kind: str | None, variables: list, op: str = "SUM",
     if kind is None:
         def reduce(tensors):
             ctx = tf.distribute.get_replica_context()
+            reduce.sparse = sparse_gradients(tensors, variables)
             return list(ctx.all_reduce(reduce_op, list(tensors), options)), _bytes(tensors), tf.constant(0.0, tf.float64)
         return reduce
 
@@ -84,6 +106,7 @@ def reducer(kind: str | None, variables: list, op: str = "SUM",
             ctx = tf.distribute.get_replica_context()
             began = _clock(tensors)
             sent = [tf.cast(t, low) for t in _gate(began, tensors)]
+            reduce.sparse = sparse_gradients(sent, variables)
             cast = _clock(sent)
             summed = ctx.all_reduce(reduce_op, _gate(cast, sent), options)
             arrived = _clock(summed)

@@ -49,11 +49,21 @@ def train(strategy: tf.distribute.Strategy, job: Job, ctx: TaskContext) -> TaskR
             value = strategy.run(lambda: tf.identity(flag))
             return out, strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
 
+    reported = []
+
+    def traced():  # the first call traced the step: its sparse gradients, once (compression.sparse_gradients)
+        if not reported and getattr(reduce, "sparse", None):
+            t.pub.event("sparse_gradients", variables=reduce.sparse)
+            reported.append(True)
+
     def run_chunk(done, n):
-        return run_steps(iterator, tf.constant(n)).numpy()
+        out = run_steps(iterator, tf.constant(n)).numpy()
+        traced()
+        return out
 
     def run_chunk_and_agree(done, n, flag):
         out, agreed = run_steps_and_agree(iterator, tf.constant(n), tf.constant(flag, tf.int32))
+        traced()
         return out.numpy(), int(agreed)
 
     # each replica's loss is averaged over the global batch: x workers is this worker's mean

@@ -18,7 +18,6 @@ device's compute.
 
 from __future__ import annotations
 
-import html
 import math
 import os
 from dataclasses import replace
@@ -28,6 +27,7 @@ from workbench.common import costmodel, figures, strategies, validate
 from workbench.common.costmodel import Link
 from workbench.common.rates import parse_rate
 from workbench.errors import invalid
+from workbench.common.explanation import Explanation
 from workbench.store import calibration as stored_paths  # not predict()'s calibration run
 
 if TYPE_CHECKING:
@@ -77,71 +77,40 @@ def loopback(measured: dict[str, Link] | None = None) -> Link:
     return (measured_paths() if measured is None else measured).get("loopback") or LOOPBACK
 
 
-class Explanation:
-    """Figures predicted and measured side by side (``table``, a DataFrame: figure,
-    predicted, measured, ratio = measured / predicted, source) and one ``sentence`` naming
-    the bottleneck; ``prediction``: the model's own figures (``costmodel.predict``)."""
-
-    def __init__(self, table: pd.DataFrame, sentence: str, prediction: dict[str, Any], title: str) -> None:
-        self.table = table
-        self.sentence = sentence
-        self.prediction = prediction
-        self.title = title
-
-    def __repr__(self) -> str:
-        shown = self.table.copy()
-        for col in ("predicted", "measured", "ratio"):
-            shown[col] = [_fmt(v, col == "ratio") for v in shown[col]]
-        return f"{self.title}\n{self.sentence}\n\n{shown.to_string(index=False)}"
-
-    def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><td style='text-align:left'>{html.escape(r.figure)}</td><td>{_fmt(r.predicted)}</td>"
-            f"<td>{_fmt(r.measured)}</td><td>{_ratio_html(r.ratio)}</td>"
-            f"<td style='text-align:left;color:#555'>{html.escape(r.source)}</td></tr>"
-            for r in self.table.itertuples())
-        return (f"<div class='wb-explain'><b>{html.escape(self.title)}</b><div>{html.escape(self.sentence)}</div>"
-                "<table><thead><tr><th style='text-align:left'>figure</th><th>predicted</th><th>measured</th>"
-                f"<th>measured / predicted</th><th style='text-align:left'>source</th></tr></thead><tbody>{rows}"
-                "</tbody></table></div>")
-
-
-def _fmt(value: Any, ratio: bool = False) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return ""
-    if ratio:
-        return f"{value:.2f}"
-    a = abs(value)
-    return f"{value:,.0f}" if a >= 100 else f"{value:.3g}"
-
-
-def _ratio_html(ratio: float | None) -> str:
-    if ratio is None or not math.isfinite(ratio):
-        return ""
-    color = "#2a2" if 0.8 <= ratio <= 1.25 else "#c80" if 0.5 <= ratio <= 2 else "#b00"
-    return f"<span style='color:{color}'>{ratio:.2f}</span>"
-
-
 # -- what a run is, as the model needs it ---------------------------------------------------
 
-def _trainable(placement: pd.DataFrame, split: bool = False) -> pd.DataFrame:
+def _trainable(placement: pd.DataFrame, split: bool = False, bits: int | None = None) -> pd.DataFrame:
     """One replica's trainable variables' rows of ``run.placement``: under MWMS every worker
     reports its own copy (the first one's kept); ``split``: the model's stages are on the
     workers, each variable once, all kept. Runs recorded before placement said which
-    variables train keep every model variable."""
+    variables train keep every model variable. ``bits`` (32 or 16): only those whose
+    gradients are all-reduced, not the sparse ones (``sparse_bytes``; 8-bit messages
+    quantize every gradient dense)."""
     v = placement[placement.variable.notna() & (placement.kind == "model")]
     if "trainable" in v and v.trainable.notna().any():
         v = v[v.trainable.fillna(False).astype(bool)]
     if len(v) and (v.role == "worker").all() and not split:  # mirrored on every worker: one copy
         v = v[v.task == v.task.min()]
+    if bits is not None and bits != 8 and "sparse_bytes" in v:
+        v = v[v.sparse_bytes.isna()]
     return v
 
 
-def trainable_bytes(placement: pd.DataFrame, split: bool = False) -> tuple[float, int]:
+def trainable_bytes(placement: pd.DataFrame, split: bool = False, bits: int | None = None) -> tuple[float, int]:
     """(bytes, tensors) of one replica's trainable variables, from ``run.placement``, shards
-    summed (``_trainable``)."""
-    v = _trainable(placement, split)
+    summed (``_trainable``; ``bits``: the all-reduced ones)."""
+    v = _trainable(placement, split, bits)
     return float(v["bytes"].sum()), int(v.variable.nunique())
+
+
+def sparse_bytes(placement: pd.DataFrame, bits: int = 32) -> float:
+    """The bytes of one replica's sparse gradients (an embedding's ``IndexedSlices``: its
+    rows and their indices, as traced) that TF all-gathers each step at ``bits`` (32, 16:
+    as sent; 8: none, quantized dense)."""
+    v = _trainable(placement)
+    if bits == 8 or "sparse_bytes" not in v:
+        return 0.0
+    return float(v.sparse_bytes.dropna().sum())
 
 
 def value_bytes(placement: pd.DataFrame) -> float:
@@ -156,7 +125,7 @@ def tensor_bytes(placement: pd.DataFrame, bits: int = 32) -> list[float]:
     """The bytes of each trainable variable of one replica (``_trainable``) as ``bits``-per-
     value messages send it (32: as it is, whatever its dtype), in the model's order: what
     TF's packing groups (``costmodel.packs``)."""
-    v = _trainable(placement)
+    v = _trainable(placement, bits=bits)
     if bits == 32:
         return [float(b) for b in v["bytes"]]
     return [math.prod(s) * bits / 8 for s in v["shape"]]
@@ -213,7 +182,8 @@ def scenario(run: Any) -> costmodel.Scenario:
         raise invalid("run", run.id, "a run that measured its steps' anatomy (anatomy=True, at least one step "
                       "past its first two calls)", f"Run {run.id} has {'no steps' if not run.step else 'no anatomy'}.")
     placement = run.placement
-    model_bytes, tensors = trainable_bytes(placement, split=spec.splits_model)
+    bits = BITS.get(job.compression, 32)
+    model_bytes, tensors = trainable_bytes(placement, split=spec.splits_model, bits=bits)
     hosts = _hosts(run)
     rates = link_rates(run)
     measured, (ps_shares, ps_variables) = measured_paths(), _ps_tasks(placement)
@@ -225,11 +195,11 @@ def scenario(run: Any) -> costmodel.Scenario:
     per_worker = job.workers if spec.has_ps else 1
     rate = figures.history_figures(run.history, job.global_batch_size, job.first_step)["steps_per_s"]
     pauses = max(0.0, (per_worker / rate - parts["step_time"]) / per_worker) if rate == rate and rate > 0 else 0.0
-    bits = BITS.get(job.compression, 32)
     s = costmodel.Scenario(
         strategy=job.strategy, workers=job.workers, model_bytes=model_bytes, compute=parts["compute"], hosts=hosts,
         links=links, ps=job.ps, ps_shares=ps_shares, ps_variables=ps_variables, tensors=tensors,
         packs=_packs(placement, job.bytes_per_pack, bits), bits=bits, value_bytes=value_bytes(placement),
+        sparse=sparse_bytes(placement, bits),
         global_batch_size=job.global_batch_size,
         input=parts["input"], other=parts["other"] + parts["waiting"], pauses=pauses, cores=os.cpu_count(),
         compute_workers=job.workers, average_every=getattr(job, "average_every", 1) or 1,
@@ -271,8 +241,9 @@ def explain(run: Any) -> Explanation:
             ("pauses between calls per step (ms)", s.pauses * 1e3, s.pauses * 1e3,
              "measured (the model's input): checkpoints, evaluations, dispatch")]
     if costmodel.ring(s.strategy) and s.workers > 1:
-        sent = costmodel.message_bytes(s.model_bytes, s.bits, s.tensors, s.value_bytes)
-        rows.append(("bytes handed to the all-reduce per step", sent, parts["bytes_per_step"], "model"))
+        sent = costmodel.message_bytes(s.model_bytes, s.bits, s.tensors, s.value_bytes) + s.sparse
+        rows.append(("bytes handed to the all-reduce per step", sent, parts["bytes_per_step"],
+                     "model" + (f" (sparse gradients: {s.sparse:,.0f} gathered)" if s.sparse else "")))
     if s.cuts:
         rows.append(("bytes across the cuts per step (activations, their gradients)", 2 * sum(s.cuts),
                      parts["bytes_per_step"], "model: 2 x batch x width x 4 per cut"))
@@ -371,6 +342,9 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
         raise invalid("compression", compression, "None, 'fp16', 'bf16' or 'int8'")
     if bits != 32 and not spec.compressible:
         raise invalid("compression", compression, f"None with strategy={base.strategy!r} (nothing is all-reduced)")
+    if base.sparse and bits != base.bits:
+        raise invalid("compression", compression, f"the calibration's ({calibration.job.compression!r}): its model's "
+                      "sparse gradients (an embedding's rows and indices) were measured at that precision only")
     size = base.model_bytes if model_bytes is None else validate.positive_float("model_bytes", model_bytes)
     batch = base.global_batch_size if global_batch_size is None else \
         validate.positive_int("global_batch_size", global_batch_size)
@@ -385,7 +359,8 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
         if bytes_per_pack and bits == 8:
             raise invalid("bytes_per_pack", bytes_per_pack, "0 with 8-bit messages (gathered as one tensor, "
                           "not all-reduced in packs)")
-    packs = _packs(calibration.placement, bytes_per_pack, bits, size / base.model_bytes)
+    scale = size / base.model_bytes if base.model_bytes else 1.0  # a model of sparse gradients only: as it is
+    packs = _packs(calibration.placement, bytes_per_pack, bits, scale)
     shared = base.cores if cores == AS_CALIBRATED else cores
     if shared is not None:
         shared = validate.positive_int("cores", shared)
@@ -393,7 +368,7 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     alone = base.compute / max(1.0, base.compute_workers / base.cores) if base.cores else base.compute
     per_worker = batch / n if spec.synchronous else batch
     base_per_worker = base.global_batch_size / base.workers if spec.synchronous else base.global_batch_size
-    compute = alone * (per_worker / base_per_worker) * (size / base.model_bytes)
+    compute = alone * (per_worker / base_per_worker) * scale
     hosts = {f"worker:{i}": f"w{i}" for i in range(n)}
     hosts.update({f"ps:{j}": f"p{j}" for j in range(k)})
     if spec.has_ps:
@@ -414,11 +389,12 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
         pauses=base.pauses, cores=shared, compute_workers=1, average_every=base.average_every,
         loopback=loopback(measured) if alpha is None else replace(loopback(measured), alpha=alpha),
         cuts=tuple(c * batch / base.global_batch_size for c in base.cuts),
+        sparse=base.sparse * per_worker / base_per_worker,  # a replica's rows: one per example it looks up
         label_bytes=base.label_bytes * batch / base.global_batch_size)
     p = costmodel.predict(s)
     one = costmodel.predict(costmodel.Scenario(
         strategy="single", workers=1, model_bytes=size, compute=alone * (batch / base_per_worker if spec.synchronous
-                                                                      else 1) * (size / base.model_bytes),
+                                                                      else 1) * scale,
         hosts={"worker:0": "local"}, global_batch_size=batch, input=base.input, other=base.other))
     examples = p["steps_per_s"] * batch
     speedup = examples / (one["steps_per_s"] * batch) if one["steps_per_s"] else float("nan")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from workbench.kernel.engines.stacks import Console, Stacks
-    from workbench.kernel.runs.explain import Explanation
+    from workbench.common.explanation import Explanation
     from workbench.kernel.views.dashboard import Dashboard
 
 _POLL = 0.05

@@ -245,12 +245,13 @@ class RunLog:
 
     @property
     def events(self) -> pd.DataFrame:
-        """Every event but placement, in time order, as a DataFrame (kind, step, then the rest)."""
+        """Every event but placement (and its sparse gradients), in time order, as a DataFrame
+        (kind, step, then the rest)."""
         import pandas as pd
 
         with self._lock:
             rows = [{k: v for k, v in e.items() if k not in ("tasks", "variables")}
-                    for e in self._events if e["kind"] != "placement"]
+                    for e in self._events if e["kind"] not in ("placement", "sparse_gradients")]
         df = pd.DataFrame(rows)
         if df.empty:
             return pd.DataFrame(columns=["kind", "step", "time"])
@@ -270,9 +271,12 @@ class RunLog:
     def _placement_frame(self, count):
         import pandas as pd
 
-        cols = ["role", "task", "engine", "host", "pid", "device", "variable", "shape", "bytes", "kind", "trainable"]
-        rows, tasks = {}, {}
+        cols = ["role", "task", "engine", "host", "pid", "device", "variable", "shape", "bytes", "kind", "trainable",
+                "sparse_bytes"]
+        rows, tasks, sparse = {}, {}, {}
         for ev in self._events[:count]:
+            if ev["kind"] == "sparse_gradients":  # as every replica traced its step: the same on each
+                sparse.update({v["variable"]: v["bytes"] for v in ev["variables"]})
             if ev["kind"] != "placement":
                 continue
             for t in ev["tasks"]:  # a replaced worker: its latest engine
@@ -284,6 +288,8 @@ class RunLog:
                 rows[(v["device"], v["variable"])] = {
                     "role": role, "task": task, "device": v["device"], "variable": v["variable"], "shape": v["shape"],
                     "bytes": v["bytes"], "kind": v.get("kind", "model"), "trainable": v.get("trainable")}
+        for row in rows.values():  # a sparse gradient's bytes a replica sends per step (None: dense)
+            row["sparse_bytes"] = sparse.get(row["variable"]) if row["kind"] == "model" else None
         rank = {"chief": 0, "ps": 1, "worker": 2, "local": 3}
         df = pd.DataFrame(list(tasks.values()) + list(rows.values()), columns=cols)
         # tasks report in any order: sort so the table reads the same every time
@@ -292,7 +298,8 @@ class RunLog:
         df["_rank"] = df.role.map(rank).fillna(9)
         df["_seq"] = range(len(df))
         df = df.sort_values(["_kind", "_rank", "task", "_seq"], kind="stable").drop(columns=["_kind", "_rank", "_seq"])
-        return df.reset_index(drop=True).astype({"task": "Int64", "engine": "Int64", "pid": "Int64", "bytes": "Int64"})
+        return df.reset_index(drop=True).astype({"task": "Int64", "engine": "Int64", "pid": "Int64", "bytes": "Int64",
+                                                 "sparse_bytes": "Int64"})
 
 
 def job_task(device: str | None) -> tuple[str, int]:
