@@ -237,7 +237,8 @@ def test_a_parameter_server_runs_compute_is_its_measured_compute_without_its_pul
 def test_a_split_models_step_is_its_compute_plus_each_cuts_activations_then_their_gradients():
     """Two stages on two hosts, one 256-wide cut at batch 64: 65,536 bytes forward (plus the
     256 bytes of labels, which leave with the batch and add no latency of their own) and as
-    many back, one after the other, each crossing one link each way."""
+    many back, one after the other, each crossing one link each way; the cut's requests and
+    headers beside them (``CUT_STEP_BYTES``)."""
     hosts = {"chief:0": "h0", "worker:0": "h1", "worker:1": "h2"}
     act = cm.cut_bytes(64, 256) / 2
     s = cm.Scenario("model_parallel", 2, 0.0, compute=0.002, hosts=hosts, links=links("h0", "h1", "h2"),
@@ -247,9 +248,12 @@ def test_a_split_models_step_is_its_compute_plus_each_cuts_activations_then_thei
     assert act == 65_536
     assert p["comm_time"] == pytest.approx(2 * (5e-4 + act / B) + 256 / B)
     assert p["steps_per_s"] == pytest.approx(1 / (0.002 + p["comm_time"]))
-    assert p["bytes_per_step"] == {"h1": {"tx": act + 256, "rx": act}, "h2": {"tx": act, "rx": act + 256}}
+    # and the cut's requests and headers, each way on both links, in bytes, not time
+    call = cm.CUT_STEP_BYTES
+    assert p["bytes_per_step"] == {"h1": {"tx": act + 256 + call, "rx": act + call},
+                                   "h2": {"tx": act + call, "rx": act + 256 + call}}
     # each link carries one way at a time: at most half of it is used, each way
-    assert p["link_util"]["h1"] == pytest.approx((act + 256) * p["steps_per_s"] / B) and p["link_util"]["h1"] < 0.5
+    assert p["link_util"]["h1"] == pytest.approx((act + 256 + call) * p["steps_per_s"] / B) and p["link_util"]["h1"] < 0.5
     assert p["cpu_wait"] == 0 and p["compute_time"] == 0.002  # the stages compute one after the other
     assert p["bottleneck"] == "network: h1"
     # both stages on one host (loopback taken as free): nothing crosses

@@ -212,6 +212,10 @@ GATHERS_8BIT = 4
 # Each variable a PS task holds costs a worker step bytes beyond its values, each way (its request, the
 # response's headers): 2 biases and the learning rate (2,088, 3,784 bytes) went as 2.0-2.5x on the bed.
 PS_VARIABLE_BYTES = 1100
+# A cut costs its two hosts' links 4.5-5.0 KB a step each way beside its tensors' bytes (TF's
+# requests for them, the responses' headers; the bed: 64 x 16 and 64 x 256 cuts at 50-200 Mbit,
+# while the chief's link carried 1.5-3 KB): bytes only, as their time was not seen in the steps.
+CUT_STEP_BYTES = 4600
 
 
 def ring(strategy: str) -> bool:
@@ -318,6 +322,9 @@ def _cuts_step(s: Scenario, tx: dict[str, float], rx: dict[str, float]) -> tuple
             if sender != receiver:
                 tx[sender] = tx.get(sender, 0.0) + size
                 rx[receiver] = rx.get(receiver, 0.0) + size
+    for i in range(len(s.cuts)):  # each cut's requests and headers: bytes only
+        for h in (h for h in _cross(s, f"worker:{i}", f"worker:{i + 1}") if not h.endswith(LO)):
+            tx[h], rx[h] = tx.get(h, 0.0) + CUT_STEP_BYTES, rx.get(h, 0.0) + CUT_STEP_BYTES
     return spent, latency
 
 
