@@ -100,7 +100,8 @@ def test_a_replaced_engine_that_still_holds_its_port_leaves_its_successor_anothe
     old = cluster.engine_info[task.engine_id]
     os.kill(pid, signal.SIGSTOP)  # an engine of this test's bed, a process of this machine
     try:
-        new = cluster.engine_info[cluster.recycle([task.engine_id])[task.engine_id]]
+        mapping = cluster.recycle([task.engine_id])  # before reading engine_info: a copy, taken when read
+        new = cluster.engine_info[mapping[task.engine_id]]
         print(f"{task.name}'s engine {old.id} on {host} held port {old.port} (stopped, pid {pid}); "
               f"engine {new.id} on {new.host} got port {new.port}")
         assert health.answer(f"{old.address}:{old.port}") == "open"  # the stopped process still listens

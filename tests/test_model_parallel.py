@@ -6,6 +6,7 @@ counters (walkthrough 01)."""
 import pytest
 
 import workbench as wb
+from workbench.common import costmodel
 from checks import relative_difference
 
 pytestmark = pytest.mark.cluster
@@ -47,9 +48,11 @@ def test_where_the_cut_falls_decides_what_crosses_not_what_is_learned(cluster4):
     compute = [r.history.compute_time.iloc[10:].median() for r in (narrow, wide)]
     assert max(compute) < 4 * min(compute), compute
     # a prediction on hosts of their own, at another batch: the cut's bytes scale with the
-    # batch (activations forward and the int32 labels with them; their gradients back)
+    # batch (activations forward and the int32 labels with them; their gradients back), the
+    # cut's requests and headers do not
     p = wb.predict(wide, link="20mbit", global_batch_size=128).prediction
-    assert p["bytes_per_step"]["w0"] == {"tx": 128 * 256 * 4 + 128 * 4, "rx": 128 * 256 * 4}
+    call = costmodel.CUT_STEP_BYTES
+    assert p["bytes_per_step"]["w0"] == {"tx": 128 * 256 * 4 + 128 * 4 + call, "rx": 128 * 256 * 4 + call}
     assert p["bottleneck"] == "network: w0" or p["bottleneck"] == "network: w1"
     with pytest.raises(wb.ConfigError, match=r"argument 'workers'. Received: workers=3"):
         wb.predict(wide, workers=3)
