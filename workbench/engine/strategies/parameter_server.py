@@ -190,9 +190,12 @@ def _partitioner(job):
 def lost_with_its_worker(error: Exception) -> bool:
     """Did reading a call's results fail because the worker that ran it is gone? Its server
     is unavailable; or a replacement took its address before TF noticed, and does not know
-    the results' handles ("Unable to find the relevant tensor remote_handle": CI, stop 50, a
-    host of both workers replaced there). TF's coordinator reads the same messages as a
-    worker's failure for the calls it runs (``cluster_coordinator._is_worker_failure``)."""
+    the results' handles ("Unable to find the relevant tensor remote_handle"), the messages
+    TF's coordinator reads as a worker's failure for the calls it runs itself
+    (``cluster_coordinator._is_worker_failure``). A lost host of both workers, replaced
+    there, once failed a run at its chief with "InvalidArgumentError: 2 root error(s)
+    found." and no more of its text (a full run of stop 51's session): the likeliest cause
+    TF's source names."""
     import tensorflow as tf
 
     if isinstance(error, tf.errors.UnavailableError):

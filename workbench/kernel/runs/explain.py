@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.common import costmodel, figures, strategies, validate
 from workbench.common.costmodel import Link
+from workbench.common.explanation import Explanation
 from workbench.common.rates import parse_rate
 from workbench.errors import invalid
-from workbench.common.explanation import Explanation
 from workbench.store import calibration as stored_paths  # not predict()'s calibration run
 
 if TYPE_CHECKING:
