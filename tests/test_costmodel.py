@@ -190,23 +190,40 @@ def test_a_parameter_servers_link_carries_n_times_a_workers_and_flattens_the_rat
 def test_each_variable_a_parameter_server_holds_adds_its_request_and_headers_to_its_link():
     """Measured on the bed: a PS task holding 2 biases and the learning rate (3,784 bytes)
     sent 1.9-2.0x those bytes per global step; ``PS_VARIABLE_BYTES`` a variable accounts for
-    the rest. Worked by hand: 2 PS tasks, 0.99 and 0.01 of 1 MB, holding 3 variables each."""
+    the rest, and ``PS_PUSH_BYTES`` more towards the PS. Worked by hand: 2 PS tasks, 0.99 and
+    0.01 of 1 MB, holding 3 variables each."""
     B = B100 * 0.95
     hosts = {"chief:0": "h0", "ps:0": "p0", "ps:1": "p1", "worker:0": "w0", "worker:1": "w1"}
     s = cm.Scenario("parameter_server", 2, MB, 0.005, hosts, links(*set(hosts.values())), ps=2,
                     ps_shares={"ps:0": 0.99, "ps:1": 0.01}, ps_variables={"ps:0": 3, "ps:1": 3})
     p = cm.predict(s)
-    extra = 3 * cm.PS_VARIABLE_BYTES
-    assert p["bytes_per_step"]["p1"]["tx"] == pytest.approx(0.01 * MB + extra)  # 2.1x the values alone
-    assert p["bytes_per_step"]["p0"]["rx"] == pytest.approx(0.99 * MB + extra)
-    assert p["bytes_per_step"]["w0"]["tx"] == pytest.approx((MB + 2 * extra) / 2)  # half the global steps
-    # a worker's pull and push each move both PS tasks' bytes over its own link
-    assert p["steps_per_s"] == pytest.approx(2 / (0.005 + 2 * (MB + 2 * extra) / B + 2 * 5e-4))
+    extra, back = 3 * cm.PS_VARIABLE_BYTES, 3 * (cm.PS_VARIABLE_BYTES + cm.PS_PUSH_BYTES)
+    assert p["bytes_per_step"]["p1"] == {"tx": pytest.approx(0.01 * MB + extra),  # 2.1x the values alone
+                                         "rx": pytest.approx(0.01 * MB + back)}
+    assert p["bytes_per_step"]["p0"]["rx"] == pytest.approx(0.99 * MB + back)
+    assert p["bytes_per_step"]["w0"] == {"tx": pytest.approx((MB + 2 * back) / 2),  # half the global steps
+                                         "rx": pytest.approx((MB + 2 * extra) / 2)}
+    # a worker's pull and push each move both PS tasks' bytes over its own link, one way each
+    assert p["steps_per_s"] == pytest.approx(2 / (0.005 + (2 * MB + 2 * extra + 2 * back) / B + 2 * 5e-4))
     assert p["ps_load"]["ps:1"] == pytest.approx(p["steps_per_s"] * (0.01 * MB + extra))
     # a PS task that holds only the optimizer's variables still serves them
     lone = cm.predict(replace(s, ps_shares={"ps:0": 1.0}, ps_variables={"ps:0": 4, "ps:1": 1}))
     assert lone["bytes_per_step"]["p1"]["tx"] == pytest.approx(cm.PS_VARIABLE_BYTES)
     assert cm.predict(replace(s, ps_variables={}))["bytes_per_step"]["p1"]["tx"] == pytest.approx(0.01 * MB)
+
+
+def test_a_links_counters_read_its_payload_in_frames_and_the_acks_of_what_it_receives():
+    """1,448 payload bytes a 1,514-byte frame, and a 66-byte ACK every 2 segments received:
+    a ring's 1 MB each way reads 1.0456 + 0.0228 = 1.068 MB on each link's counters (the
+    bed's rings: 1.053-1.12, median 1.07); the payload stays in ``bytes_per_step``."""
+    assert cm.wire_bytes(1448, 0) == 1514 and cm.wire_bytes(0, 2 * 1448) == 66
+    assert cm.wire_bytes(MB, MB) == pytest.approx(MB * 1.0684, rel=1e-4)
+    hosts = {"worker:0": "h1", "worker:1": "h2"}
+    p = cm.predict(cm.Scenario("multi_worker_mirrored", 2, MB, 0.01, hosts, links("h1", "h2")))
+    assert p["bytes_per_step"]["h1"] == {"tx": MB, "rx": MB}
+    assert p["wire_bytes_per_step"]["h1"] == {"tx": cm.wire_bytes(MB, MB), "rx": cm.wire_bytes(MB, MB)}
+    # one way only (a PS task's pull responses, say): no ACKs of its own to send
+    assert cm.wire_bytes(MB, 0) / MB == pytest.approx(1514 / 1448)
 
 
 def test_workers_sharing_cores_compute_longer_and_the_model_says_so():

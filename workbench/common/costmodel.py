@@ -20,12 +20,12 @@ overlap them), and contention other than for links and cores.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.common import strategies
 from workbench.common.formulas import (  # noqa: F401 - claims 9, 11, 12, as costmodel.* too
     OPTIMIZER_BYTES, async_staleness, memory_per_parameter, stale_rate, young_daly)
+from workbench.common.scenario import Link, Scenario  # noqa: F401 - what predict() takes, as costmodel.* too
 
 # -- bytes ------------------------------------------------------------------------------------
 
@@ -66,6 +66,20 @@ def cut_bytes(batch: int, width: int, dtype_bytes: int = 4) -> float:
     """Bytes crossing a model-parallel cut per step: the activations forward and their
     gradients back, 2 x batch x width x dtype bytes (DistBelief: a bad split floods the network)."""
     return 2.0 * batch * width * dtype_bytes
+
+
+# A host link's counters count frames: TCP sends MSS payload bytes in a FRAME-byte Ethernet frame
+# (MTU 1500: 32 bytes of TCP with timestamps, 20 of IP, 14 of Ethernet), and its receiver returns
+# an ACK-byte frame every 2 segments (delayed ACKs) on its own link. The bed's rings read
+# 1.053-1.12 x their payload, median 1.07 (bench/results/predict-s52.md); a jumbo-frame link less.
+MSS, FRAME, ACK = 1448, 1514, 66
+
+
+def wire_bytes(sent: float, received: float) -> float:
+    """The bytes a host link's counters read for ``sent`` payload bytes out while ``received``
+    come in: sent x FRAME / MSS in frames, and the ACKs of what it receives, one ACK frame
+    per 2 segments: sent x 1.046 + received x 0.023."""
+    return sent * FRAME / MSS + received / (2 * MSS) * ACK
 
 
 # -- time -------------------------------------------------------------------------------------
@@ -128,78 +142,7 @@ def compute_bound_batch(flops_per_example: float, flops_per_s: float, S: float, 
     return ring_bytes(S, n) / B * flops_per_s / flops_per_example
 
 
-# -- a scenario -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Link:
-    """A host's link: payload ``bytes_per_s`` each way (the set rate x the framing's
-    efficiency, what an unshaped path measured, or inf for a calibrated unshaped path, whose
-    bytes cost only ``cpu_per_byte``), its per-message latency ``alpha`` (s),
-    ``rate``, the bits/s it was set to (None: unshaped), and ``cpu_per_byte``: seconds of a
-    core its messages' ends spend per byte (gRPC's copies, the network stack), in series
-    with the wire (``seconds``; measured by ``wb.calibrate_links``, else 0)."""
-
-    bytes_per_s: float
-    alpha: float
-    rate: int | None = None
-    cpu_per_byte: float = 0.0
-
-    def payload_rate(self, share: float = 1.0) -> float:
-        """Bytes/s a message's bytes go at: the wire and the ends' CPU (x ``share``), in series."""
-        per_byte = 1.0 / self.bytes_per_s + self.cpu_per_byte * share
-        return 1.0 / per_byte if per_byte > 0 else math.inf
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """One run's shape, as the model needs it.
-
-    ``hosts``: {task name: host} of every task ("worker:0", "ps:1", "chief:0"); tasks on
-    one host talk over its ``loopback`` (None: free), which no host link carries. ``links``:
-    {host: Link} of the hosts whose links the run crosses.
-    ``compute``: one worker's seconds per step for its forward and backward passes and its
-    update, measured with ``compute_workers`` workers computing at once on ``cores`` shared
-    cores (None: each host its own cores); ``input`` and ``other`` the rest of its step
-    outside communication (waiting for a batch; Python, dispatch); ``pauses``: seconds per
-    global step outside every step (checkpoints, evaluations, the chief's dispatch between
-    calls), which slow steps/s but no step. ``ps_shares``: {PS task: its share of the
-    variables' bytes}; ``ps_variables``: {PS task: its variables, the optimizer's too, each
-    read or written every worker step (``PS_VARIABLE_BYTES``)}. ``bits``: the precision of
-    synchronous messages. ``packs``: the all-reduces a step's gradients are packed into.
-    ``cuts``: a model split into stages (one per worker, ``worker:i`` holding stage i): the
-    activation bytes crossing each cut per step, stage i to i+1, forward (their gradients
-    come back as many); ``label_bytes``: the labels stage 0 reads and the last stage's loss
-    needs, sent with the forward pass. ``value_bytes``: the bytes of one of the model's
-    values (4: float32; 8: float64, which 16- and 8-bit messages send as 2 and 1).
-    ``sparse``: the bytes of one replica's sparse gradients (an embedding's rows and their
-    indices, as sent), which TF all-gathers (``SPARSE_GATHERS``) instead of all-reducing."""
-
-    strategy: str
-    workers: int
-    model_bytes: float
-    compute: float
-    hosts: dict[str, str]
-    links: dict[str, Link] = field(default_factory=dict)
-    ps: int = 0
-    ps_shares: dict[str, float] = field(default_factory=dict)
-    ps_variables: dict[str, int] = field(default_factory=dict)
-    tensors: int = 1
-    bits: int = 32
-    global_batch_size: int = 0
-    input: float = 0.0
-    other: float = 0.0
-    cores: int | None = None
-    compute_workers: int = 1
-    average_every: int = 1
-    loopback: Link | None = None
-    packs: int = 1
-    pauses: float = 0.0
-    cuts: tuple[float, ...] = ()
-    label_bytes: float = 0.0
-    value_bytes: float = 4.0
-    sparse: float = 0.0
-
+# -- a scenario (``scenario.py``: Scenario, Link) ---------------------------------------------
 
 # Sparse gradients cross in 3 all-gathers of n-1 messages each: their rows' count, rows, indices
 # (cross_device_utils.all_reduce_indexed_slices); the last two carry (n-1) x a replica's bytes.
@@ -209,13 +152,18 @@ SPARSE_GATHERS = 3
 # MB: 3 workers at 200 Mbit, 4 at 50 stepped 14 and 18 ms past one gather: its 3 (n-1) latencies.
 GATHERS_8BIT = 4
 
+# These constants are payload, as the model's other bytes (``wire_bytes`` adds the frames' headers).
 # Each variable a PS task holds costs a worker step bytes beyond its values, each way (its request, the
 # response's headers): 2 biases and the learning rate (2,088, 3,784 bytes) went as 2.0-2.5x on the bed.
 PS_VARIABLE_BYTES = 1100
-# A cut costs its two hosts' links 4.5-5.0 KB a step each way beside its tensors' bytes (TF's
-# requests for them, the responses' headers; the bed: 64 x 16 and 64 x 256 cuts at 50-200 Mbit,
-# while the chief's link carried 1.5-3 KB): bytes only, as their time was not seen in the steps.
-CUT_STEP_BYTES = 4600
+# and 250 more towards the PS (the pull's request beside the push's): with 2 PS tasks, the one
+# holding 3 small variables received 1.09-1.12 of the symmetric bytes at 1-3 workers, 0.99-1.02 now.
+PS_PUSH_BYTES = 250
+# A cut costs its two hosts' links 4.0-4.9 KB a step each way beside its tensors' bytes (TF's
+# requests for them, the responses' headers; the bed: 64 x 16 and 64 x 256 cuts at 50-200 Mbit
+# read 8.9-9.4 and 74.7-75.5 KB of frames, while the chief's link carried 1.5-3 KB): bytes only,
+# as their time was not seen in the steps.
+CUT_STEP_BYTES = 4300
 
 
 def ring(strategy: str) -> bool:
@@ -379,21 +327,26 @@ def predict(s: Scenario) -> dict[str, Any]:
     elif spec.has_ps:
         S = s.model_bytes
         shares = s.ps_shares or {f"ps:{j}": 1.0 / max(s.ps, 1) for j in range(s.ps)}
-        # each PS task's bytes per worker step, each way: its share of the values, and its
-        # variables' requests and headers
-        served = {ps: shares.get(ps, 0.0) * S + PS_VARIABLE_BYTES * s.ps_variables.get(ps, 0)
+        # each PS task's bytes per worker step: its share of the values each way, and its
+        # variables' requests and headers, more of them towards the PS (``PS_PUSH_BYTES``)
+        served = {ps: (shares.get(ps, 0.0) * S + PS_VARIABLE_BYTES * s.ps_variables.get(ps, 0),
+                       shares.get(ps, 0.0) * S + (PS_VARIABLE_BYTES + PS_PUSH_BYTES) * s.ps_variables.get(ps, 0))
                   for ps in sorted(set(shares) | set(s.ps_variables))}
         transfer, alpha = 0.0, 0.0  # one way, for the slowest worker, unloaded links
         for w in (f"worker:{i}" for i in range(n)):
-            moved: dict[str, float] = {}  # link -> bytes this worker's step moves over it, each way
-            for ps, size in served.items():
+            moved: dict[str, list[float]] = {}  # link -> [bytes out, in] of this worker's step, seen from the PS
+            for ps, (out, back) in served.items():
                 for h in _cross(s, ps, w):
-                    moved[h] = moved.get(h, 0.0) + size
+                    moved.setdefault(h, [0.0, 0.0])
+                    moved[h][0] += out
+                    moved[h][1] += back
                     alpha = max(alpha, path_link(s, h).alpha)
-            transfer = max([transfer] + [seconds(s, h, b) for h, b in moved.items()])
-            for h, b in moved.items():  # a global step is one worker's step: each worker 1/n of them
-                tx[h] = tx.get(h, 0.0) + b / n
-                rx[h] = rx.get(h, 0.0) + b / n
+            # the pull moves out, the push back: one transfer each way, on average
+            transfer = max([transfer] + [seconds(s, h, sum(b) / 2) for h, b in moved.items()])
+            for h, (out, back) in moved.items():  # a global step is one worker's step: each worker 1/n of them
+                ps_side = h not in (s.hosts[w], s.hosts[w] + LO)
+                tx[h] = tx.get(h, 0.0) + (out if ps_side else back) / n
+                rx[h] = rx.get(h, 0.0) + (back if ps_side else out) / n
         # a worker's step pulls its variables, then (after its compute) pushes its gradients:
         # two transfers, one after the other (one worker, 0.15 MB each way on 5 Mbit links:
         # 1.82-1.92 steps/s, the two transfers' 1.93; bench/README.md, "the old bucket").
@@ -412,7 +365,7 @@ def predict(s: Scenario) -> dict[str, Any]:
         # and the push after it
         compute += transfer + alpha
         comm = transfer + alpha
-        for ps, size in served.items():
+        for ps, (size, _) in served.items():
             crosses = any(_cross(s, ps, f"worker:{i}") for i in range(n))
             ps_load[ps] = rate * size if crosses else 0.0
     elif s.cuts:
@@ -430,6 +383,9 @@ def predict(s: Scenario) -> dict[str, Any]:
            "wait_time": 0.0, "input_time": s.input, "other_time": s.other, "cpu_wait": cpu_wait,
            "bytes_per_step": {h: {"tx": tx.get(h, 0.0), "rx": rx.get(h, 0.0)} for h in sorted(set(tx) | set(rx))
                               if not h.endswith(LO)},
+           "wire_bytes_per_step": {h: {"tx": wire_bytes(tx.get(h, 0.0), rx.get(h, 0.0)),
+                                       "rx": wire_bytes(rx.get(h, 0.0), tx.get(h, 0.0))}
+                                   for h in sorted(set(tx) | set(rx)) if not h.endswith(LO)},
            "link_util": util, "ps_load": ps_load, "link_time": on_links, "latency_time": latency}
     from workbench.common import bottleneck  # it reads the model's parts: imported once both exist
 

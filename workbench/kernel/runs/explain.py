@@ -248,12 +248,13 @@ def explain(run: Any) -> Explanation:
         rows.append(("bytes across the cuts per step (activations, their gradients)", 2 * sum(s.cuts),
                      parts["bytes_per_step"], "model: 2 x batch x width x 4 per cut"))
     steady = _steady(h, run.job.first_step)
-    for host, b in p["bytes_per_step"].items():
+    for host, b in p["wire_bytes_per_step"].items():
         if host == "local":
             continue
         for way in ("tx", "rx"):
             rows.append((f"{host} link bytes {'sent' if way == 'tx' else 'received'} per step", b[way],
-                         _median(steady, f"link_{way}_bytes_{host}"), "model"))
+                         _median(steady, f"link_{way}_bytes_{host}"),
+                         f"model: {p['bytes_per_step'][host][way]:,.0f} payload, in frames with ACKs"))
         if host in p["link_util"]:
             rows.append((f"{host} link use", p["link_util"][host], _median(steady, f"link_util_{host}"), "model"))
     for ps, load in p["ps_load"].items():
@@ -270,7 +271,21 @@ def explain(run: Any) -> Explanation:
     table = table[["figure", "predicted", "measured", "ratio", "source"]]
     ratio = measured_rate / p["steps_per_s"] if p["steps_per_s"] else float("nan")
     sentence = f"{p['why']}, measured {measured_rate:.3g} ({ratio:.2f})."
-    return Explanation(table, sentence, p, f"run {run.id}: {s.strategy}, {s.workers} worker(s), {s.ps} PS")
+    return Explanation(table, sentence, p, f"run {run.id}: {s.strategy}, {s.workers} worker(s), {s.ps} PS"
+                       + _paths_note(s, measured_paths()))
+
+
+def _paths_note(s: costmodel.Scenario, measured: dict[str, Link], latency: float | None = None) -> str:
+    """Where the paths' latency (and CPU per byte) come from: this machine's calibration, the
+    model's constants or ``wb.predict(latency=)``; "" when nothing crosses a path."""
+    if not costmodel.paths(s):
+        return ""
+    if latency is not None:
+        return f"; latency {latency * 1e3:g} ms a message, as asked"
+    path = "veth" if s.links else "loopback"
+    if path in measured:
+        return f"; {path} latency and CPU per byte: this machine's wb.calibrate_links"
+    return f"; {path} latency: the model's constant (wb.calibrate_links(cluster) measures this machine's)"
 
 
 def without_pulls(s: Scenario, measured: float) -> float:
@@ -296,6 +311,15 @@ def _steady(h: pd.DataFrame, first_step: int = 1) -> pd.DataFrame:
         return h
     first, _, last, _ = figures.steady_stretch(h, first_step)
     return h[(h.step > first) & (h.step <= last)]
+
+
+def _spread(base: costmodel.Scenario, k: int) -> dict[str, int]:
+    """{PS task: its variables} for ``k`` tasks: the calibration's own at its ``k``, else its
+    variables (a sharded one's shards each) dealt round-robin, as TF places them."""
+    if k == base.ps:
+        return dict(base.ps_variables)
+    total = sum(base.ps_variables.values())
+    return {f"ps:{j}": total // k + (j < total % k) for j in range(k)}
 
 
 def _median(df: pd.DataFrame, col: str) -> float | None:
@@ -384,7 +408,7 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
         host_link = {h: replace(link, alpha=alpha) for h, link in host_link.items()}
     s = costmodel.Scenario(
         strategy=base.strategy, workers=n, model_bytes=size, compute=compute, hosts=hosts, links=host_link, ps=k,
-        ps_variables={f"ps:{j}": -(-sum(base.ps_variables.values()) // k) for j in range(k)},  # round-robin
+        ps_shares=base.ps_shares if k == base.ps else {}, ps_variables=_spread(base, k),
         tensors=base.tensors, packs=packs, bits=bits, value_bytes=base.value_bytes, global_batch_size=batch, input=base.input, other=base.other,
         pauses=base.pauses, cores=shared, compute_workers=1, average_every=base.average_every,
         loopback=loopback(measured) if alpha is None else replace(loopback(measured), alpha=alpha),
@@ -405,14 +429,15 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
             ("communication per step (ms)", p["comm_time"] * 1e3)]
     for host, b in p["bytes_per_step"].items():
         if host != "local":
-            rows.append((f"{host} link bytes per step", max(b.values())))
+            rows.append((f"{host} link bytes per step", max(b.values()),
+                         f"model: payload; {max(p['wire_bytes_per_step'][host].values()):,.0f} in frames with ACKs"))
     for host, u in p["link_util"].items():
         rows.append((f"{host} link use", u))
     for ps_task, load in p["ps_load"].items():
         rows.append((f"{ps_task} load (bytes/s pulled)", load))
     import pandas as pd
 
-    table = pd.DataFrame([(f, v, float("nan"), float("nan"), "model") for f, v in rows],
+    table = pd.DataFrame([(r[0], r[1], float("nan"), float("nan"), r[2] if len(r) > 2 else "model") for r in rows],
                          columns=["figure", "predicted", "measured", "ratio", "source"])
     if not host_link:
         where = "one machine"
@@ -421,5 +446,5 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
         where = f"a host each, links at {rate / 1e6:g} Mbit/s" if rate else "a host each, links unshaped"
     cores_note = f", all sharing {shared} cores" if shared else ", each host its own cores"
     title = (f"predicted from run {calibration.id}: {s.strategy}, {n} worker(s), {k} PS, global batch {batch}, "
-             f"{where}{cores_note}")
+             f"{where}{cores_note}{_paths_note(s, measured, alpha)}")
     return Explanation(table, p["why"] + ".", p, title)
