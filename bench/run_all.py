@@ -4,7 +4,7 @@
     python bench/run_all.py --quick   # smoke: every benchmark in its tiny mode (~4 minutes)
 
 Runs strategies.py, dashboard.py, versus_peer.py, ceilings.py, network.py, anatomy.py,
-simulated_scale.py and scale.py (each writes its JSON and Markdown table to
+packing.py, simulated_scale.py and scale.py (each writes its JSON and Markdown table to
 bench/results/; scale.py also draws scale.png), then draws the other bench/results/*.png from the JSON and
 gathers the tables into bench/results/summary.md. Every figure is a ratio of two things
 measured in the same run, alternated; no figure is compared between runs.
@@ -21,7 +21,8 @@ import versus_peer  # bench/: its results' keys
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results"
-BENCHMARKS = ["strategies", "dashboard", "versus_peer", "ceilings", "network", "anatomy", "simulated_scale", "scale"]
+BENCHMARKS = ["strategies", "dashboard", "versus_peer", "ceilings", "network", "anatomy", "packing", "simulated_scale",
+              "scale"]
 
 
 def _load(name):

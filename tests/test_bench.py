@@ -64,6 +64,12 @@ def anatomy_ok(data):
     assert set(sent) == {"None", "fp16", "bf16", "int8"} and sent["fp16"] < sent["None"] and sent["int8"] < sent["fp16"]
 
 
+def packing_ok(data):
+    assert len(data["alpha_s"]) == len(data["packs_ratio"]) == len(data["ring_ratio"]) == data["meta"]["repeats"]
+    assert data["packs_ratio_median"] > 0 and data["ring_ratio_median"] > 0
+    assert all(c["path"] == "loopback" and c["alpha_s"] > 0 for c in data["calibrations"])
+
+
 def ceilings_ok(data):
     c, a = data["results"]["compute"], data["results"]["all-reduce"]
     assert c["FLOPs per step"] > 0 and c["workbench / matmul"]["median"] > 0 and c["plain TF loop / matmul"]["median"] > 0
@@ -102,7 +108,7 @@ def test_every_benchmark_runs_in_quick_mode_with_plots():
     results = ROOT / "bench" / "results"
     summary = json.loads((results / "run_all.json").read_text())
     checks = {"strategies": strategies_ok, "dashboard": dashboard_ok, "versus_peer": versus_peer_ok,
-              "ceilings": ceilings_ok, "network": network_ok, "anatomy": anatomy_ok,
+              "ceilings": ceilings_ok, "network": network_ok, "anatomy": anatomy_ok, "packing": packing_ok,
               "simulated_scale": simulated_scale_ok, "scale": scale_ok}
     assert summary["quick"] is True and set(summary["seconds"]) == set(checks)
     for name, check in checks.items():
