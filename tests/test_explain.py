@@ -105,6 +105,10 @@ def test_predict_answers_for_runs_not_made_and_refuses_what_it_cannot_know(runs)
     assert t.loc["w0 link bytes per step", "predicted"] == pytest.approx(2 * 7 / 8 * model * 4)
     assert "8 worker(s)" in eight.title and "each host its own cores" in eight.title
     half = wb.predict(run, workers=8, link="1gbit", cores=None, compression="fp16").table.set_index("figure")
+    # 8-bit messages: the quantizing's CPU (costmodel.CODEC) joins the calibration's compute, 6 tensors of them
+    int8 = wb.predict(run, workers=2, cores=None, compression="int8").prediction["compute_time"]
+    assert int8 - wb.predict(run, workers=2, cores=None).prediction["compute_time"] == pytest.approx(
+        costmodel.codec_time(model * 4, 8, 6))
     assert half.loc["w0 link bytes per step", "predicted"] == pytest.approx(t.loc["w0 link bytes per step",
                                                                                    "predicted"] / 2)
     # a data centre's latency: each of the ring's 2(n-1) messages waits 50 us instead of 2 ms

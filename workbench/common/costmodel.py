@@ -166,6 +166,21 @@ PS_PUSH_BYTES = 250
 CUT_STEP_BYTES = 4300
 
 
+# Compressed messages' casts and quantizing on a worker's CPU, one worker alone on a core (the grid's
+# rings on the bed, MLPs of 4 tensors, 0.3-4 MB, 2-4 workers: the anatomy's compute less fp32's, per
+# core): 16 bits 0.10 ns a float32 byte (0-1.1 ms at 4 MB), 8 bits 0.25 ms a tensor + 1.6 ns a byte
+# (0.3 MB: 1.0-1.8 ms, 1 MB: 1.9-3.5, 4 MB: 5.5-10.0). Only the 4-tensor MLPs measured it.
+CODEC = {16: (0.0, 0.10e-9), 8: (0.25e-3, 1.6e-9)}  # bits: (seconds a tensor, seconds a float32 byte)
+
+
+def codec_time(model_bytes: float, bits: int, tensors: int = 1) -> float:
+    """Seconds of one worker's step that its ``bits``-per-value messages' casts (16) or
+    quantizing and dequantizing (8) take on its CPU, for ``tensors`` tensors of
+    ``model_bytes`` float32 bytes (``CODEC``); 0 at 32 bits."""
+    per_tensor, per_byte = CODEC.get(bits, (0.0, 0.0))
+    return per_tensor * tensors + per_byte * model_bytes
+
+
 def ring(strategy: str) -> bool:
     """Do the strategy's workers sum over a ring (several engines, in lockstep)?"""
     spec = strategies.spec(strategy)
@@ -306,11 +321,12 @@ def predict(s: Scenario) -> dict[str, Any]:
         one, out = _ring_step(s, chunk)
         alpha = max((path_link(s, h).alpha for h in out), default=0.0)
         packs = 1 if s.bits == 8 else s.packs  # each pack its messages, their bytes split
-        comm = steps * (one + (packs - 1) * alpha) if S or not s.sparse else 0.0
-        latency = steps * (GATHERS_8BIT if s.bits == 8 else packs) * alpha if comm else 0.0
-        if s.bits == 8:  # latency-only gathers beside the one that carries the bytes
+        dense = bool(S) or not s.sparse  # a model of sparse gradients only all-reduces nothing dense
+        comm = steps * (one + (packs - 1) * alpha) if dense else 0.0
+        latency = steps * (GATHERS_8BIT if s.bits == 8 else packs) * alpha if dense else 0.0
+        if s.bits == 8 and dense:  # latency-only gathers beside the one that carries the bytes
             comm += (GATHERS_8BIT - 1) * (n - 1) * alpha
-        sent = {h: steps * b for h, b in out.items()} if comm else {}
+        sent = {h: steps * b for h, b in out.items()} if dense else {}
         if s.sparse:  # gathered: each rank's rows pass every other rank, n-1 message steps a gather
             one, out = _ring_step(s, s.sparse)
             comm += (n - 1) * (one + (SPARSE_GATHERS - 1) * alpha)

@@ -50,6 +50,7 @@ LINK_ALPHA = 2.0e-3
 LOOPBACK = Link(bytes_per_s=0.8e9, alpha=1.5e-3)
 UNSHAPED_VETH = Link(bytes_per_s=0.8e9, alpha=2.0e-3)
 BITS = {None: 32, "fp16": 16, "bf16": 16, "int8": 8}
+DENSE_BITS = 8  # 8-bit messages quantize every gradient dense, an embedding's too (engine/compression.py)
 
 
 def measured_paths() -> dict[str, Link]:
@@ -83,15 +84,14 @@ def _trainable(placement: pd.DataFrame, split: bool = False, bits: int | None = 
     """One replica's trainable variables' rows of ``run.placement``: under MWMS every worker
     reports its own copy (the first one's kept); ``split``: the model's stages are on the
     workers, each variable once, all kept. Runs recorded before placement said which
-    variables train keep every model variable. ``bits`` (32 or 16): only those whose
-    gradients are all-reduced, not the sparse ones (``sparse_bytes``; 8-bit messages
-    quantize every gradient dense)."""
+    variables train keep every model variable. ``bits``: only those whose gradients are
+    all-reduced, not the sparse ones (``sparse_bytes``), unless ``DENSE_BITS``."""
     v = placement[placement.variable.notna() & (placement.kind == "model")]
     if "trainable" in v and v.trainable.notna().any():
         v = v[v.trainable.fillna(False).astype(bool)]
     if len(v) and (v.role == "worker").all() and not split:  # mirrored on every worker: one copy
         v = v[v.task == v.task.min()]
-    if bits is not None and bits != 8 and "sparse_bytes" in v:
+    if bits is not None and bits != DENSE_BITS and "sparse_bytes" in v:
         v = v[v.sparse_bytes.isna()]
     return v
 
@@ -108,7 +108,7 @@ def sparse_bytes(placement: pd.DataFrame, bits: int = 32) -> float:
     rows and their indices, as traced) that TF all-gathers each step at ``bits`` (32, 16:
     as sent; 8: none, quantized dense)."""
     v = _trainable(placement)
-    if bits == 8 or "sparse_bytes" not in v:
+    if bits == DENSE_BITS or "sparse_bytes" not in v:
         return 0.0
     return float(v.sparse_bytes.dropna().sum())
 
@@ -316,10 +316,8 @@ def _steady(h: pd.DataFrame, first_step: int = 1) -> pd.DataFrame:
 def _spread(base: costmodel.Scenario, k: int) -> dict[str, int]:
     """{PS task: its variables} for ``k`` tasks: the calibration's own at its ``k``, else its
     variables (a sharded one's shards each) dealt round-robin, as TF places them."""
-    if k == base.ps:
-        return dict(base.ps_variables)
     total = sum(base.ps_variables.values())
-    return {f"ps:{j}": total // k + (j < total % k) for j in range(k)}
+    return dict(base.ps_variables) if k == base.ps else {f"ps:{j}": total // k + (j < total % k) for j in range(k)}
 
 
 def _median(df: pd.DataFrame, col: str) -> float | None:
@@ -344,12 +342,12 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     "bf16", "int8") or ``global_batch_size``. Each worker runs on a host of its own, each
     PS task too; ``cores``: the cores all hosts share (default: as the calibration ran, on
     this machine; None: each host its own, as on real machines). Compute scales with the
-    examples and parameters per worker: the calibration's seconds per example and
-    parameter, at its share of the cores. ``latency``: seconds each message waits before its
-    bytes, on every link (default: this machine's ``wb.calibrate_links``, else ``LINK_ALPHA``
-    between hosts; a data centre's RDMA or NCCL paths take tens of microseconds). ``bytes_per_pack``: the
-    all-reduce's packing (None: as calibrated), the calibration's tensors scaled to
-    ``model_bytes``."""
+    examples and parameters per worker (the calibration's seconds per example and parameter,
+    at its share of the cores), its messages' codec apart (``costmodel.codec_time``).
+    ``latency``: seconds each message waits before its bytes, on every link (default: this
+    machine's ``wb.calibrate_links``, else ``LINK_ALPHA``; a data centre's RDMA or NCCL paths
+    take tens of microseconds). ``bytes_per_pack``: the all-reduce's packing (None: as
+    calibrated), the calibration's tensors scaled to ``model_bytes``."""
     if device != "cpu":
         raise invalid("device", device, "'cpu': the calibration measured this machine's CPU; a GPU's compute "
                       "cannot be derived from it (calibrate with a run on that GPU)")
@@ -388,11 +386,12 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     shared = base.cores if cores == AS_CALIBRATED else cores
     if shared is not None:
         shared = validate.positive_int("cores", shared)
-    # one worker's compute alone, per example and parameter, then at the new shape
+    # one worker's compute alone, per example and parameter, its codec apart, then at the new shape
     alone = base.compute / max(1.0, base.compute_workers / base.cores) if base.cores else base.compute
+    alone = max(0.0, alone - costmodel.codec_time(base.model_bytes, base.bits, base.tensors))
     per_worker = batch / n if spec.synchronous else batch
     base_per_worker = base.global_batch_size / base.workers if spec.synchronous else base.global_batch_size
-    compute = alone * (per_worker / base_per_worker) * scale
+    compute = alone * (per_worker / base_per_worker) * scale + costmodel.codec_time(size, bits, base.tensors)
     hosts = {f"worker:{i}": f"w{i}" for i in range(n)}
     hosts.update({f"ps:{j}": f"p{j}" for j in range(k)})
     if spec.has_ps:
