@@ -232,3 +232,14 @@ def test_an_embeddings_sparse_gradients_are_counted_and_predicted_as_gathered(cl
     with pytest.raises(wb.ConfigError, match="compression"):
         wb.predict(run, compression=None)
     assert wb.predict(run, workers=4).table.set_index("figure").loc["steps/s", "predicted"] > 0
+    # under parameter servers a worker pulls the table whole and pushes its rows (a worker's
+    # batch of 32 x 16 tokens: int32 indices): the PS task's load is the table, its intake the rows
+    ps = cluster.train(model, data, strategy="parameter_server", workers=1, ps=1, global_batch_size=32, steps=20,
+                       loss="sparse_categorical_crossentropy", checkpoint_every=0, dashboard=False).wait(timeout=300)
+    rows = 32 * seq * (dim * 4 + 4)
+    s = explain.scenario(ps)
+    assert s.ps_sparse == {"ps:0": (vocab * dim * 4, rows)} and s.model_bytes == dense
+    p = wb.predict(ps, workers=2, ps=2, link="100mbit").prediction  # the table dealt to ps:0, as TF deals it
+    assert p["bytes_per_step"]["p0"]["tx"] == pytest.approx(vocab * dim * 4 + dense / 2 + 3 * costmodel.PS_VARIABLE_BYTES)
+    assert p["bytes_per_step"]["p0"]["rx"] == pytest.approx(rows + dense / 2 + 3 * (costmodel.PS_VARIABLE_BYTES
+                                                                                  + costmodel.PS_PUSH_BYTES))

@@ -20,6 +20,7 @@ overlap them), and contention other than for links and cores.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from workbench.common import strategies
@@ -302,8 +303,9 @@ def predict(s: Scenario) -> dict[str, Any]:
     link's share (8 bits: 3 (n-1) more latencies, ``GATHERS_8BIT``; sparse gradients:
     ``SPARSE_GATHERS`` more gathers). Parameter servers: each worker step pulls every
     variable and pushes every gradient (S each way on its link, a share of both on each PS
-    task's, + ``PS_VARIABLE_BYTES`` a variable), the pull, then the push: M/B each (not at
-    once, as claim 3 takes them); the global rate is the lesser of n / (one worker's step
+    task's, + ``PS_VARIABLE_BYTES`` a variable; an embedding's table pulled whole, its rows
+    pushed: ``ps_sparse``), the pull, then the push, one after the other (not at once, as
+    claim 3 takes them); the global rate is the lesser of n / (one worker's step
     time) and each link's bytes/s over the bytes it must move per global step. Every
     transfer's bytes also pay their ends' CPU (``seconds``). A split model (``cuts``): step
     time = input + every stage's compute + each cut's transfers forward and back, one after
@@ -345,10 +347,13 @@ def predict(s: Scenario) -> dict[str, Any]:
         shares = s.ps_shares or {f"ps:{j}": 1.0 / max(s.ps, 1) for j in range(s.ps)}
         # each PS task's bytes per worker step: its share of the values each way, and its
         # variables' requests and headers, more of them towards the PS (``PS_PUSH_BYTES``)
-        served = {ps: (shares.get(ps, 0.0) * S + PS_VARIABLE_BYTES * s.ps_variables.get(ps, 0),
-                       shares.get(ps, 0.0) * S + (PS_VARIABLE_BYTES + PS_PUSH_BYTES) * s.ps_variables.get(ps, 0))
-                  for ps in sorted(set(shares) | set(s.ps_variables))}
-        transfer, alpha = 0.0, 0.0  # one way, for the slowest worker, unloaded links
+        # (an embedding's table is pulled whole and pushed as its rows: ``ps_sparse``)
+        served = {ps: (shares.get(ps, 0.0) * S + s.ps_sparse.get(ps, (0.0, 0.0))[0]
+                       + PS_VARIABLE_BYTES * s.ps_variables.get(ps, 0),
+                       shares.get(ps, 0.0) * S + s.ps_sparse.get(ps, (0.0, 0.0))[1]
+                       + (PS_VARIABLE_BYTES + PS_PUSH_BYTES) * s.ps_variables.get(ps, 0))
+                  for ps in sorted(set(shares) | set(s.ps_variables) | set(s.ps_sparse))}
+        pull, push, alpha = 0.0, 0.0, 0.0  # each way, for the slowest worker, unloaded links
         for w in (f"worker:{i}" for i in range(n)):
             moved: dict[str, list[float]] = {}  # link -> [bytes out, in] of this worker's step, seen from the PS
             for ps, (out, back) in served.items():
@@ -357,8 +362,9 @@ def predict(s: Scenario) -> dict[str, Any]:
                     moved[h][0] += out
                     moved[h][1] += back
                     alpha = max(alpha, path_link(s, h).alpha)
-            # the pull moves out, the push back: one transfer each way, on average
-            transfer = max([transfer] + [seconds(s, h, sum(b) / 2) for h, b in moved.items()])
+            # the pull moves out, the push back (an embedding's table whole, its rows back)
+            pull = max([pull] + [seconds(s, h, b[0]) for h, b in moved.items()])
+            push = max([push] + [seconds(s, h, b[1]) for h, b in moved.items()])
             for h, (out, back) in moved.items():  # a global step is one worker's step: each worker 1/n of them
                 ps_side = h not in (s.hosts[w], s.hosts[w] + LO)
                 tx[h] = tx.get(h, 0.0) + (out if ps_side else back) / n
@@ -367,20 +373,22 @@ def predict(s: Scenario) -> dict[str, Any]:
         # two transfers, one after the other (one worker, 0.15 MB each way on 5 Mbit links:
         # 1.82-1.92 steps/s, the two transfers' 1.93; bench/README.md, "the old bucket").
         # Between workers the transfers overlap: one pulls while another pushes
-        worker_time = fixed + 2 * transfer + 2 * alpha
+        worker_time = fixed + pull + push + 2 * alpha
         rate = n / (worker_time + n * s.pauses) if worker_time > 0 else float("inf")
         for h in set(tx) | set(rx):  # each link moves its bytes per global step at most at its rate
             rate = min(rate, path_link(s, h).payload_rate(cpu_share(s, h)) / max(tx.get(h, 0.0), rx.get(h, 0.0)))
         # a link that bounds the rate slows every transfer over it: each worker's step then
-        # takes n / rate, its pull and push the rest
-        transfer = max(transfer, (n / rate - n * s.pauses - fixed - 2 * alpha) / 2) if rate > 0 else transfer
-        worker_time = fixed + 2 * transfer + 2 * alpha
-        on_links = 2 * transfer + 2 * alpha
+        # takes n / rate, its pull and push the rest, each stretched as much
+        slack = n / rate - n * s.pauses - fixed - 2 * alpha if rate > 0 else 0.0
+        if pull + push > 0 and slack > pull + push:
+            pull, push = pull * slack / (pull + push), push * slack / (pull + push)
+        worker_time = fixed + pull + push + 2 * alpha
+        on_links = pull + push + 2 * alpha
         latency = 2 * alpha
         # the anatomy times the pull inside compute (the forward pass reads the variables)
         # and the push after it
-        compute += transfer + alpha
-        comm = transfer + alpha
+        compute += pull + alpha
+        comm = push + alpha
         for ps, (size, _) in served.items():
             crosses = any(_cross(s, ps, f"worker:{i}") for i in range(n))
             ps_load[ps] = rate * size if crosses else 0.0
@@ -407,3 +415,20 @@ def predict(s: Scenario) -> dict[str, Any]:
 
     out["bottleneck"], out["why"] = bottleneck.named(s, out, fixed)
     return out
+
+
+def without_pulls(s: Scenario, measured: float) -> float:
+    """A parameter-server worker's compute per step without its pulls of the variables, from
+    the ``measured`` compute of its anatomy, which times them inside the forward pass: the
+    compute C at which ``predict`` counts ``measured`` (C plus the pull, as the links
+    loaded by C let it go; C + pull grows with C). 0 when the pull alone takes longer."""
+    def counted(compute: float) -> float:
+        return predict(replace(s, compute=compute))["compute_time"]
+
+    low, high = 0.0, max(measured, 0.0)
+    if counted(low) >= measured:
+        return 0.0
+    for _ in range(40):  # bisection: 2^-40 of the measured time
+        mid = (low + high) / 2
+        low, high = (mid, high) if counted(mid) < measured else (low, mid)
+    return (low + high) / 2

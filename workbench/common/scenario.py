@@ -49,7 +49,10 @@ class Scenario:
     needs, sent with the forward pass. ``value_bytes``: the bytes of one of the model's
     values (4: float32; 8: float64, which 16- and 8-bit messages send as 2 and 1).
     ``sparse``: the bytes of one replica's sparse gradients (an embedding's rows and their
-    indices, as sent), which TF all-gathers (``SPARSE_GATHERS``) instead of all-reducing."""
+    indices, as sent), which TF all-gathers (``SPARSE_GATHERS``) instead of all-reducing.
+    ``ps_sparse``: {PS task: (the bytes of the variables it holds whose gradients are sparse,
+    an embedding's table, which a worker's step pulls whole; the bytes of their rows and
+    indices the step pushes back)}; ``ps_shares`` then share the other variables' bytes."""
 
     strategy: str
     workers: int
@@ -75,3 +78,4 @@ class Scenario:
     label_bytes: float = 0.0
     value_bytes: float = 4.0
     sparse: float = 0.0
+    ps_sparse: dict[str, tuple[float, float]] = field(default_factory=dict)

@@ -56,6 +56,8 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
 
     import tensorflow as tf
 
+    from workbench.engine.compression import sparse_gradients  # it imports this module
+
     job, model, opt, step, metrics = t.job, t.model, t.opt, t.step, t.metrics
     batch = job.global_batch_size if global_batch_size is None else global_batch_size
     sends = reduce is not None if sends is None else sends
@@ -63,6 +65,7 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
         opt._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)  # summed by reduce
     if concurrent:
         shared_state.count_atomically(opt)
+    sparse: list[dict] = []  # a PS step's sparse gradients, as traced (no reduce to hold them)
 
     def replica_step(x, y):
         if staleness:
@@ -83,6 +86,8 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
                 loss += tf.nn.scale_regularization_loss(tf.cast(extra, loss.dtype))
         variables = build.trainable(model)
         grads = tape.gradient(loss, variables)
+        if staleness and not sparse:  # pushed as they are: an embedding's rows and indices
+            sparse.extend(sparse_gradients(grads, variables))
         sent, codec = tf.constant(0.0), tf.constant(0.0, tf.float64)
         if timed:
             computed = after((grads, loss), tf.timestamp)
@@ -126,7 +131,9 @@ def step_fn(t: Training, loss_fn: Callable, staleness: bool = False, clip: Calla
 
     # traced as written wherever it is called (parameter averaging's loop is converted):
     # the user's functions it calls are converted on their own (build.users)
-    return tf.autograph.experimental.do_not_convert(replica_step)
+    wrapped = tf.autograph.experimental.do_not_convert(replica_step)
+    wrapped.sparse = sparse  # filled once traced (``compression.sparse_gradients``)
+    return wrapped
 
 
 def delay_line(variables: list, delay: int) -> list:

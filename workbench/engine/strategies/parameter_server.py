@@ -156,6 +156,8 @@ def _train(job, ctx, strategy, coordinator):
         n = min(1 if first else job.steps_per_execution, job.steps - scheduled,
                 loop.until_next(scheduled, job.checkpoint_every, job.eval_every))
         inflight.append((schedule(n), n))
+        if first and replica_step.sparse:  # traced when first scheduled: its sparse gradients, once
+            pub.event("sparse_gradients", variables=replica_step.sparse)
         scheduled += n
         while len(inflight) >= (1 if first else max_inflight):
             collect_one()

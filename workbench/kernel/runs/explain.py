@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from workbench.common import costmodel, figures, strategies, validate
-from workbench.common.costmodel import Link
+from workbench.common.costmodel import Link, without_pulls
 from workbench.common.explanation import Explanation
 from workbench.common.rates import parse_rate
 from workbench.errors import invalid
@@ -135,12 +135,15 @@ def _packs(placement: pd.DataFrame, bytes_per_pack: int, bits: int, scale: float
     return costmodel.packs([b * scale for b in tensor_bytes(placement, bits)], bytes_per_pack)
 
 
-def _ps_tasks(placement: pd.DataFrame) -> tuple[dict[str, float], dict[str, int]]:
-    """({PS task: its share of the model's bytes}, {PS task: its variables, the optimizer's too})."""
+def _ps_tasks(placement: pd.DataFrame) -> tuple[dict[str, float], dict[str, int], dict[str, tuple[float, float]]]:
+    """({PS task: its share of the model's dense bytes}, {PS task: its variables, the
+    optimizer's too}, {PS task: (its tables' bytes, their rows' a step)}: ``Scenario.ps_sparse``)."""
     v = placement[placement.variable.notna() & (placement.role == "ps")]
-    model = v[v.kind == "model"].groupby("task")["bytes"].sum()
+    sparse = (v.kind == "model") & (v.sparse_bytes.notna() if "sparse_bytes" in v else False)
+    model = v[(v.kind == "model") & ~sparse].groupby("task")["bytes"].sum()
     shares = {f"ps:{int(t)}": float(b) / float(model.sum()) for t, b in model.items()} if model.sum() else {}
-    return shares, {f"ps:{int(t)}": int(c) for t, c in v.groupby("task").size().items()}
+    tables = {f"ps:{int(t)}": (float(g["bytes"].sum()), float(g.sparse_bytes.sum())) for t, g in v[sparse].groupby("task")}
+    return shares, {f"ps:{int(t)}": int(c) for t, c in v.groupby("task").size().items()}, tables
 
 
 def _hosts(run: Any) -> dict[str, str]:
@@ -186,7 +189,7 @@ def scenario(run: Any) -> costmodel.Scenario:
     model_bytes, tensors = trainable_bytes(placement, split=spec.splits_model, bits=bits)
     hosts = _hosts(run)
     rates = link_rates(run)
-    measured, (ps_shares, ps_variables) = measured_paths(), _ps_tasks(placement)
+    measured, (ps_shares, ps_variables, ps_sparse) = measured_paths(), _ps_tasks(placement)
     links = {h: link_of(r, measured) for h, r in rates.items()} if rates else {}
     if not links:  # one machine: every task on it, talking over its loopback
         hosts = dict.fromkeys(hosts, "local")
@@ -197,7 +200,7 @@ def scenario(run: Any) -> costmodel.Scenario:
     pauses = max(0.0, (per_worker / rate - parts["step_time"]) / per_worker) if rate == rate and rate > 0 else 0.0
     s = costmodel.Scenario(
         strategy=job.strategy, workers=job.workers, model_bytes=model_bytes, compute=parts["compute"], hosts=hosts,
-        links=links, ps=job.ps, ps_shares=ps_shares, ps_variables=ps_variables, tensors=tensors,
+        links=links, ps=job.ps, ps_shares=ps_shares, ps_variables=ps_variables, ps_sparse=ps_sparse, tensors=tensors,
         packs=_packs(placement, job.bytes_per_pack, bits), bits=bits, value_bytes=value_bytes(placement),
         sparse=sparse_bytes(placement, bits),
         global_batch_size=job.global_batch_size,
@@ -288,23 +291,6 @@ def _paths_note(s: costmodel.Scenario, measured: dict[str, Link], latency: float
     return f"; {path} latency: the model's constant (wb.calibrate_links(cluster) measures this machine's)"
 
 
-def without_pulls(s: Scenario, measured: float) -> float:
-    """A parameter-server worker's compute per step without its pulls of the variables, from
-    the ``measured`` compute of its anatomy, which times them inside the forward pass: the
-    compute C at which ``predict`` counts ``measured`` (C plus the pull, as the links
-    loaded by C let it go; C + pull grows with C). 0 when the pull alone takes longer."""
-    def counted(compute: float) -> float:
-        return costmodel.predict(replace(s, compute=compute))["compute_time"]
-
-    low, high = 0.0, max(measured, 0.0)
-    if counted(low) >= measured:
-        return 0.0
-    for _ in range(40):  # bisection: 2^-40 of the measured time
-        mid = (low + high) / 2
-        low, high = (mid, high) if counted(mid) < measured else (low, mid)
-    return (low + high) / 2
-
-
 def _steady(h: pd.DataFrame, first_step: int = 1) -> pd.DataFrame:
     """The rows of the stretch the run's steps/s counts (its attempt from ``first_step``)."""
     if not len(h):
@@ -318,6 +304,16 @@ def _spread(base: costmodel.Scenario, k: int) -> dict[str, int]:
     variables (a sharded one's shards each) dealt round-robin, as TF places them."""
     total = sum(base.ps_variables.values())
     return dict(base.ps_variables) if k == base.ps else {f"ps:{j}": total // k + (j < total % k) for j in range(k)}
+
+
+def _tables(base: costmodel.Scenario, k: int, rows: float) -> dict[str, tuple[float, float]]:
+    """``Scenario.ps_sparse`` for ``k`` PS tasks: the calibration's tables dealt round-robin
+    as its tasks were, their rows a step x ``rows`` (one row an example looked up)."""
+    out: dict[str, tuple[float, float]] = {}
+    for task, (table, pushed) in base.ps_sparse.items():
+        j = f"ps:{int(task.split(':')[1]) % k}"
+        out[j] = (out.get(j, (0.0, 0.0))[0] + table, out.get(j, (0.0, 0.0))[1] + pushed * rows)
+    return out
 
 
 def _median(df: pd.DataFrame, col: str) -> float | None:
@@ -408,6 +404,7 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     s = costmodel.Scenario(
         strategy=base.strategy, workers=n, model_bytes=size, compute=compute, hosts=hosts, links=host_link, ps=k,
         ps_shares=base.ps_shares if k == base.ps else {}, ps_variables=_spread(base, k),
+        ps_sparse=_tables(base, k, per_worker / base_per_worker),
         tensors=base.tensors, packs=packs, bits=bits, value_bytes=base.value_bytes, global_batch_size=batch, input=base.input, other=base.other,
         pauses=base.pauses, cores=shared, compute_workers=1, average_every=base.average_every,
         loopback=loopback(measured) if alpha is None else replace(loopback(measured), alpha=alpha),
