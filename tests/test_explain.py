@@ -127,7 +127,7 @@ def test_predict_answers_for_runs_not_made_and_refuses_what_it_cannot_know(runs)
     # another number of PS tasks: the calibration's variables dealt round-robin, none counted twice
     base = explain.scenario(runs["ps"])
     assert explain._spread(replace(base, ps_variables={"ps:0": 7}), 3) == {"ps:0": 3, "ps:1": 2, "ps:2": 2}
-    assert explain._spread(base, 1) == base.ps_variables
+    assert explain._spread(base, 1) == base.ps_variables and sum(explain._spread(base, 2).values()) == base.ps_variables["ps:0"]
     with pytest.raises(wb.ConfigError, match="argument 'bytes_per_pack'. Received: bytes_per_pack=-1"):
         wb.predict(run, bytes_per_pack=-1)
     with pytest.raises(wb.ConfigError, match="argument 'bytes_per_pack'. Received: bytes_per_pack=1. Expected 0 "

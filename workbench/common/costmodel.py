@@ -174,12 +174,13 @@ CUT_STEP_BYTES = 4300
 CODEC = {16: (0.0, 0.10e-9), 8: (0.25e-3, 1.6e-9)}  # bits: (seconds a tensor, seconds a float32 byte)
 
 
-def codec_time(model_bytes: float, bits: int, tensors: int = 1) -> float:
+def codec_time(model_bytes: float, bits: int, tensors: int = 1, value_bytes: float = 4) -> float:
     """Seconds of one worker's step that its ``bits``-per-value messages' casts (16) or
     quantizing and dequantizing (8) take on its CPU, for ``tensors`` tensors of
-    ``model_bytes`` float32 bytes (``CODEC``); 0 at 32 bits."""
+    ``model_bytes`` bytes of ``value_bytes`` a value (``CODEC``, per float32 byte's value);
+    0 at 32 bits."""
     per_tensor, per_byte = CODEC.get(bits, (0.0, 0.0))
-    return per_tensor * tensors + per_byte * model_bytes
+    return per_tensor * tensors + per_byte * model_bytes * 4 / value_bytes
 
 
 def ring(strategy: str) -> bool:
@@ -295,8 +296,11 @@ def _cuts_step(s: Scenario, tx: dict[str, float], rx: dict[str, float]) -> tuple
 def predict(s: Scenario) -> dict[str, Any]:
     """What ``s`` should do: {"steps_per_s", "step_time", "compute_time", "comm_time",
     "wait_time", "input_time", "other_time", "cpu_wait", "bytes_per_step" (each host's
-    link: {"tx", "rx"} bytes per global step), "link_util" ({host: share of its rate used
-    while training}), "ps_load" ({PS task: bytes/s each way}), "bottleneck", "why"}.
+    link: {"tx", "rx"} payload bytes per global step), "wire_bytes_per_step" (the same as
+    its counters read them: ``wire_bytes``), "link_util" ({host: share of its rate used
+    while training}), "ps_load" ({PS task: payload bytes/s its workers pull}),
+    "link_time", "latency_time" (a step's seconds on links, of them latency), "bottleneck",
+    "why"}.
 
     Synchronous rings: step time = input + compute + the ring's messages + other; the ring's
     time is its 2(n-1) (all-gather: n-1) message steps, each the latency plus the busiest
@@ -363,8 +367,9 @@ def predict(s: Scenario) -> dict[str, Any]:
                     moved[h][1] += back
                     alpha = max(alpha, path_link(s, h).alpha)
             # the pull moves out, the push back (an embedding's table whole, its rows back)
-            pull = max([pull] + [seconds(s, h, b[0]) for h, b in moved.items()])
-            push = max([push] + [seconds(s, h, b[1]) for h, b in moved.items()])
+            mine = (max([0.0] + [seconds(s, h, b[0]) for h, b in moved.items()]),
+                    max([0.0] + [seconds(s, h, b[1]) for h, b in moved.items()]))
+            pull, push = max((pull, push), mine, key=sum)  # the slowest worker's
             for h, (out, back) in moved.items():  # a global step is one worker's step: each worker 1/n of them
                 ps_side = h not in (s.hosts[w], s.hosts[w] + LO)
                 tx[h] = tx.get(h, 0.0) + (out if ps_side else back) / n
@@ -378,10 +383,12 @@ def predict(s: Scenario) -> dict[str, Any]:
         for h in set(tx) | set(rx):  # each link moves its bytes per global step at most at its rate
             rate = min(rate, path_link(s, h).payload_rate(cpu_share(s, h)) / max(tx.get(h, 0.0), rx.get(h, 0.0)))
         # a link that bounds the rate slows every transfer over it: each worker's step then
-        # takes n / rate, its pull and push the rest, each stretched as much
+        # takes n / rate, its pull and push the rest, the wait split between them (the
+        # anatomy's compute, which holds the pull, then grows with compute at half its rate:
+        # ``without_pulls`` finds the compute again)
         slack = n / rate - n * s.pauses - fixed - 2 * alpha if rate > 0 else 0.0
-        if pull + push > 0 and slack > pull + push:
-            pull, push = pull * slack / (pull + push), push * slack / (pull + push)
+        if slack > pull + push:
+            pull, push = pull + (slack - pull - push) / 2, push + (slack - pull - push) / 2
         worker_time = fixed + pull + push + 2 * alpha
         on_links = pull + push + 2 * alpha
         latency = 2 * alpha

@@ -22,8 +22,8 @@ of 4) plus 4 per tensor for its scale.
 ``codec`` is the seconds the step spent on its CPU casting or quantizing before the
 collectives and casting back or dequantizing after them, read with ``tf.timestamp`` like
 the step's anatomy: the anatomy counts them as compute, not communication (8-bit messages of
-a 4 MB model: 18 ms a step on an idle 2-core machine for 2 workers' worth, more than the
-transfer saves at 1 Gbit).
+a 4 MB model: 18 ms a step on an idle 2-core machine, both workers' together; 5.5-10 ms a
+worker alone on a core on the bed, ``costmodel.CODEC``).
 """
 
 from __future__ import annotations

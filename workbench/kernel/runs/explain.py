@@ -261,11 +261,12 @@ def explain(run: Any) -> Explanation:
         if host in p["link_util"]:
             rows.append((f"{host} link use", p["link_util"][host], _median(steady, f"link_util_{host}"), "model"))
     for ps, load in p["ps_load"].items():
-        measured = None
-        host = s.hosts.get(ps)
-        if host and f"link_tx_bytes_{host}" in steady:
+        measured, host, source = None, s.hosts.get(ps), "model"
+        if host and f"link_tx_bytes_{host}" in steady:  # as its link's counters read it
             measured = _median(steady, f"link_tx_bytes_{host}") * measured_rate
-        rows.append((f"{ps} load (bytes/s pulled)", load, measured, "model"))
+            load *= p["wire_bytes_per_step"][host]["tx"] / (p["bytes_per_step"][host]["tx"] or 1.0)
+            source = "model: in frames with ACKs"
+        rows.append((f"{ps} load (bytes/s pulled)", load, measured, source))
     import pandas as pd
 
     table = pd.DataFrame(rows, columns=["figure", "predicted", "measured", "source"])
@@ -275,18 +276,19 @@ def explain(run: Any) -> Explanation:
     ratio = measured_rate / p["steps_per_s"] if p["steps_per_s"] else float("nan")
     sentence = f"{p['why']}, measured {measured_rate:.3g} ({ratio:.2f})."
     return Explanation(table, sentence, p, f"run {run.id}: {s.strategy}, {s.workers} worker(s), {s.ps} PS"
-                       + _paths_note(s, measured_paths()))
+                       + _paths_note(s))
 
 
-def _paths_note(s: costmodel.Scenario, measured: dict[str, Link], latency: float | None = None) -> str:
-    """Where the paths' latency (and CPU per byte) come from: this machine's calibration, the
-    model's constants or ``wb.predict(latency=)``; "" when nothing crosses a path."""
+def _paths_note(s: costmodel.Scenario, latency: float | None = None) -> str:
+    """Where the paths' latency (and CPU per byte) come from: this machine's calibration (a
+    CPU per byte: ``link_of``), the model's constants or ``wb.predict(latency=)``; "" when
+    nothing crosses a path."""
     if not costmodel.paths(s):
         return ""
     if latency is not None:
         return f"; latency {latency * 1e3:g} ms a message, as asked"
     path = "veth" if s.links else "loopback"
-    if path in measured:
+    if any(costmodel.path_link(s, h).cpu_per_byte > 0 for h in costmodel.paths(s)):
         return f"; {path} latency and CPU per byte: this machine's wb.calibrate_links"
     return f"; {path} latency: the model's constant (wb.calibrate_links(cluster) measures this machine's)"
 
@@ -307,8 +309,8 @@ def _spread(base: costmodel.Scenario, k: int) -> dict[str, int]:
 
 
 def _tables(base: costmodel.Scenario, k: int, rows: float) -> dict[str, tuple[float, float]]:
-    """``Scenario.ps_sparse`` for ``k`` PS tasks: the calibration's tables dealt round-robin
-    as its tasks were, their rows a step x ``rows`` (one row an example looked up)."""
+    """``Scenario.ps_sparse`` for ``k`` PS tasks: the calibration's tables on task j mod k
+    (TF deals variables round-robin in their order: a guess), rows a step x ``rows``."""
     out: dict[str, tuple[float, float]] = {}
     for task, (table, pushed) in base.ps_sparse.items():
         j = f"ps:{int(task.split(':')[1]) % k}"
@@ -384,10 +386,11 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
         shared = validate.positive_int("cores", shared)
     # one worker's compute alone, per example and parameter, its codec apart, then at the new shape
     alone = base.compute / max(1.0, base.compute_workers / base.cores) if base.cores else base.compute
-    alone = max(0.0, alone - costmodel.codec_time(base.model_bytes, base.bits, base.tensors))
+    alone = max(0.0, alone - costmodel.codec_time(base.model_bytes, base.bits, base.tensors, base.value_bytes))
     per_worker = batch / n if spec.synchronous else batch
     base_per_worker = base.global_batch_size / base.workers if spec.synchronous else base.global_batch_size
-    compute = alone * (per_worker / base_per_worker) * scale + costmodel.codec_time(size, bits, base.tensors)
+    compute = alone * (per_worker / base_per_worker) * scale + costmodel.codec_time(size, bits, base.tensors,
+                                                                                     base.value_bytes)
     hosts = {f"worker:{i}": f"w{i}" for i in range(n)}
     hosts.update({f"ps:{j}": f"p{j}" for j in range(k)})
     if spec.has_ps:
@@ -442,5 +445,5 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
         where = f"a host each, links at {rate / 1e6:g} Mbit/s" if rate else "a host each, links unshaped"
     cores_note = f", all sharing {shared} cores" if shared else ", each host its own cores"
     title = (f"predicted from run {calibration.id}: {s.strategy}, {n} worker(s), {k} PS, global batch {batch}, "
-             f"{where}{cores_note}{_paths_note(s, measured, alpha)}")
+             f"{where}{cores_note}{_paths_note(s, alpha)}")
     return Explanation(table, p["why"] + ".", p, title)
