@@ -12,7 +12,7 @@ three rates. One engine per emulated host. Each
 cell is one run explained by ``run.explain()``: the model takes the run's own compute and
 overheads as measured and predicts its communication, so steps/s measured / predicted
 tests the model of the network; bytes per link are the links' counters against the
-formula's bytes. Targets (issue 38) where the link is the bottleneck: median steps/s ratio
+formula's bytes in frames (``costmodel.wire_bytes``: headers and ACKs, as the counters read them). Targets (issue 38) where the link is the bottleneck: median steps/s ratio
 in 0.9-1.1, every cell in 0.8-1.25, bytes per link in 0.95-1.1. Writes predict.json,
 predict.md and predict.png (measured against predicted steps/s, a point per cell) to
 bench/results/.

@@ -191,10 +191,10 @@ class Run(BaseRun):
         self.stall_timeout = stall_timeout
         self.start_timeout = start_timeout
         self.unshared_hosts = sorted(unshared)
-        self._dashboard = None
-        self._profiles = 0  # profile requests made (each one's traces go to profile/<n>)
-        self.log.links = next((w for observer in list(_OBSERVERS) if (w := observer(self)) is not None), None)
+        self._dashboard, self._profiles = None, 0  # profiles: requests made (each one's traces: profile/<n>)
+        # made before a link watch, whose thread asks it ``done`` (once before it existed: run 36)
         self.watcher = Watcher(self, results, stall_timeout, start_timeout, tail=tail, unshared=self.unshared_hosts)
+        self.log.links = next((w for observer in list(_OBSERVERS) if (w := observer(self)) is not None), None)
         self.watcher.start()
 
     # -- public ------------------------------------------------------------------------
