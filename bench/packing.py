@@ -21,16 +21,14 @@ tests keep the pack counts and the model's arithmetic: a timing band is a benchm
 
 import argparse
 import json
-import os
 import statistics
-import tempfile
 import time
 
 import workbench as wb
 from workbench.common import costmodel
 from workbench.kernel.runs import explain
 
-from shared import OUT, machine
+from shared import OUT, machine, own_home
 
 PACKINGS = (0, 1, 5000)
 
@@ -58,21 +56,13 @@ def calibrated(cluster, data, steps):
     """(the calibration's figures, a 1 MB ring's communication measured / predicted from them)."""
     from workbench.store import calibration
 
-    kept = os.environ.get("WORKBENCH_HOME")
-    with tempfile.TemporaryDirectory() as home:
-        os.environ["WORKBENCH_HOME"] = home
-        try:
-            c = wb.calibrate_links(cluster, steps=steps)
-            assert calibration.read()["loopback"]["alpha_s"] == c["alpha_s"]
-            run = cluster.train(wb.models.mlp((3300,)), data, strategy="multi_worker_mirrored", workers=2,
-                                steps=steps, global_batch_size=32, steps_per_execution=5, checkpoint_every=0,
-                                dashboard=False, logs=False).wait(timeout=600)
-            ratio = float(run.explain().table.set_index("figure").loc["communication per step (ms)", "ratio"])
-        finally:
-            if kept is None:
-                os.environ.pop("WORKBENCH_HOME", None)
-            else:
-                os.environ["WORKBENCH_HOME"] = kept
+    with own_home():
+        c = wb.calibrate_links(cluster, steps=steps)
+        assert calibration.read()["loopback"]["alpha_s"] == c["alpha_s"]
+        run = cluster.train(wb.models.mlp((3300,)), data, strategy="multi_worker_mirrored", workers=2,
+                            steps=steps, global_batch_size=32, steps_per_execution=5, checkpoint_every=0,
+                            dashboard=False, logs=False).wait(timeout=600)
+        ratio = float(run.explain().table.set_index("figure").loc["communication per step (ms)", "ratio"])
     return {k: v for k, v in c.items() if k != "runs"}, ratio
 
 

@@ -26,13 +26,11 @@ same run. The calibration is the benchmark's own: the machine's is not written.
 import argparse
 import itertools
 import json
-import os
-import tempfile
 import statistics
 import time
 import warnings
 
-from shared import OUT, machine, testbed_or_skip
+from shared import OUT, machine, own_home, testbed_or_skip
 import workbench as wb
 from workbench.common import rates
 
@@ -59,19 +57,11 @@ def explained(run, paths):
     calibration, the same with the model's built-in constants), from a home of their own."""
     from workbench.store import calibration
 
-    kept = os.environ.get("WORKBENCH_HOME")
-    with tempfile.TemporaryDirectory() as home:
-        os.environ["WORKBENCH_HOME"] = home
-        try:
-            constants = run.explain()
-            for name, figures in paths.items():
-                calibration.write(name, figures)
-            return run.explain(), constants
-        finally:
-            if kept is None:
-                os.environ.pop("WORKBENCH_HOME", None)
-            else:
-                os.environ["WORKBENCH_HOME"] = kept
+    with own_home():
+        constants = run.explain()
+        for name, figures in paths.items():
+            calibration.write(name, figures)
+        return run.explain(), constants
 
 
 def cell(cluster, bed, data, strategy, workers, ps, rate, model_bytes, compression, guess, model=None, paths=None):

@@ -1,13 +1,16 @@
 """What the benchmarks share: where results go, the machine line of every table, a run's
-steps/s as ``workbench.common.figures`` defines it, summaries, and a thread's CPU.
+steps/s as ``workbench.common.figures`` defines it, summaries, a thread's CPU, and a
+workbench home of a benchmark's own (``own_home``).
 
 The benchmarks are scripts (``python bench/NAME.py``): Python puts bench/ first on their
 ``sys.path``, so they import this module, and each other, by name."""
 
+import contextlib
 import os
 import platform
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "results"
@@ -61,3 +64,19 @@ def testbed_or_skip(name: str, hosts: int):
         (OUT / f"{name}.md").write_text(f"Skipped: {e}\n")
         (OUT / f"{name}.json").write_text(json.dumps({"skipped": str(e)}))
         return None
+
+
+@contextlib.contextmanager
+def own_home():
+    """``WORKBENCH_HOME`` a temporary directory of its own inside the block (a calibration
+    the machine's home must not keep), then as it was; yields the directory."""
+    kept = os.environ.get("WORKBENCH_HOME")
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["WORKBENCH_HOME"] = home
+        try:
+            yield home
+        finally:
+            if kept is None:
+                os.environ.pop("WORKBENCH_HOME", None)
+            else:
+                os.environ["WORKBENCH_HOME"] = kept

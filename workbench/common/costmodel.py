@@ -352,11 +352,12 @@ def predict(s: Scenario) -> dict[str, Any]:
         # each PS task's bytes per worker step: its share of the values each way, and its
         # variables' requests and headers, more of them towards the PS (``PS_PUSH_BYTES``)
         # (an embedding's table is pulled whole and pushed as its rows: ``ps_sparse``)
-        served = {ps: (shares.get(ps, 0.0) * S + s.ps_sparse.get(ps, (0.0, 0.0))[0]
-                       + PS_VARIABLE_BYTES * s.ps_variables.get(ps, 0),
-                       shares.get(ps, 0.0) * S + s.ps_sparse.get(ps, (0.0, 0.0))[1]
-                       + (PS_VARIABLE_BYTES + PS_PUSH_BYTES) * s.ps_variables.get(ps, 0))
-                  for ps in sorted(set(shares) | set(s.ps_variables) | set(s.ps_sparse))}
+        served: dict[str, tuple[float, float]] = {}  # PS task -> (bytes out, bytes in)
+        for ps in sorted(set(shares) | set(s.ps_variables) | set(s.ps_sparse)):
+            values, held = shares.get(ps, 0.0) * S, s.ps_variables.get(ps, 0)
+            table, rows = s.ps_sparse.get(ps, (0.0, 0.0))
+            served[ps] = (values + table + PS_VARIABLE_BYTES * held,
+                          values + rows + (PS_VARIABLE_BYTES + PS_PUSH_BYTES) * held)
         pull, push, alpha = 0.0, 0.0, 0.0  # each way, for the slowest worker, unloaded links
         for w in (f"worker:{i}" for i in range(n)):
             moved: dict[str, list[float]] = {}  # link -> [bytes out, in] of this worker's step, seen from the PS

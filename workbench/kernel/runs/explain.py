@@ -142,7 +142,8 @@ def _ps_tasks(placement: pd.DataFrame) -> tuple[dict[str, float], dict[str, int]
     sparse = (v.kind == "model") & (v.sparse_bytes.notna() if "sparse_bytes" in v else False)
     model = v[(v.kind == "model") & ~sparse].groupby("task")["bytes"].sum()
     shares = {f"ps:{int(t)}": float(b) / float(model.sum()) for t, b in model.items()} if model.sum() else {}
-    tables = {f"ps:{int(t)}": (float(g["bytes"].sum()), float(g.sparse_bytes.sum())) for t, g in v[sparse].groupby("task")}
+    tables = {f"ps:{int(t)}": (float(g["bytes"].sum()), float(g.sparse_bytes.sum()))
+              for t, g in v[sparse].groupby("task")}
     return shares, {f"ps:{int(t)}": int(c) for t, c in v.groupby("task").size().items()}, tables
 
 
@@ -283,12 +284,12 @@ def _paths_note(s: costmodel.Scenario, latency: float | None = None) -> str:
     """Where the paths' latency (and CPU per byte) come from: this machine's calibration (a
     CPU per byte: ``link_of``), the model's constants or ``wb.predict(latency=)``; "" when
     nothing crosses a path."""
-    if not costmodel.paths(s):
+    if not (crossed := costmodel.paths(s)):
         return ""
     if latency is not None:
         return f"; latency {latency * 1e3:g} ms a message, as asked"
     path = "veth" if s.links else "loopback"
-    if any(costmodel.path_link(s, h).cpu_per_byte > 0 for h in costmodel.paths(s)):
+    if any(costmodel.path_link(s, h).cpu_per_byte > 0 for h in crossed):
         return f"; {path} latency and CPU per byte: this machine's wb.calibrate_links"
     return f"; {path} latency: the model's constant (wb.calibrate_links(cluster) measures this machine's)"
 
@@ -314,7 +315,7 @@ def _tables(base: costmodel.Scenario, k: int, rows: float) -> dict[str, tuple[fl
     out: dict[str, tuple[float, float]] = {}
     for task, (table, pushed) in base.ps_sparse.items():
         j = f"ps:{int(task.split(':')[1]) % k}"
-        out[j] = (out.get(j, (0.0, 0.0))[0] + table, out.get(j, (0.0, 0.0))[1] + pushed * rows)
+        out[j] = tuple(a + b for a, b in zip(out.get(j, (0.0, 0.0)), (table, pushed * rows)))
     return out
 
 
