@@ -71,11 +71,12 @@ def test_a_two_host_ring_step_is_its_compute_plus_2_messages_of_half_the_model()
     s = cm.Scenario("multi_worker_mirrored", 2, MB, compute=0.005, hosts={"worker:0": "h1", "worker:1": "h2"},
                     links=links("h1", "h2"))
     p = cm.predict(s)
-    B = B100 * 0.95
-    assert p["comm_time"] == pytest.approx(2 * (5e-4 + 0.5 * MB / B))
+    B, H = B100 * 0.95, cm.RING_MESSAGE_BYTES  # each message's request and headers beside its values
+    assert p["comm_time"] == pytest.approx(2 * (5e-4 + (0.5 * MB + H) / B))
     assert p["steps_per_s"] == pytest.approx(1 / (0.005 + p["comm_time"]))
-    assert p["bytes_per_step"] == {"h1": {"tx": MB, "rx": MB}, "h2": {"tx": MB, "rx": MB}}
-    assert p["link_util"]["h1"] == pytest.approx(MB * p["steps_per_s"] / B)
+    sent = MB + 2 * H
+    assert p["bytes_per_step"] == {"h1": {"tx": sent, "rx": sent}, "h2": {"tx": sent, "rx": sent}}
+    assert p["link_util"]["h1"] == pytest.approx(sent * p["steps_per_s"] / B)
     assert p["bottleneck"] == "network: h1" and p["why"].startswith("network-bound: h1's link carries 1 MB per step")
 
 
@@ -87,14 +88,17 @@ def test_sparse_gradients_are_gathered_beside_the_ring_of_the_dense_ones():
     mb = {h: cm.Link(1e6, 1e-3) for h in hosts.values()}  # 1 MB/s, 1 ms a message
     dense = cm.Scenario("multi_worker_mirrored", 3, 3e5, compute=0.01, hosts=hosts, links=mb)
     both = cm.predict(replace(dense, sparse=1e5))
-    assert cm.predict(dense)["comm_time"] == pytest.approx(4 * (1e-3 + 0.1))  # 2(n-1) messages of S/n
-    assert both["comm_time"] == pytest.approx(4 * (1e-3 + 0.1) + 2 * (0.1 + 3 * 1e-3))
-    assert both["steps_per_s"] == pytest.approx(1 / (0.01 + 0.404 + 0.206))
-    assert both["bytes_per_step"]["h1"] == {"tx": pytest.approx(4e5 + 2e5), "rx": pytest.approx(4e5 + 2e5)}
+    H = cm.RING_MESSAGE_BYTES  # each message's request and headers; a gather's message step sends 3
+    ring, gathers = 4 * (1e-3 + (1e5 + H) / 1e6), 2 * ((1e5 + 3 * H) / 1e6 + 3 * 1e-3)
+    assert cm.predict(dense)["comm_time"] == pytest.approx(ring)  # 2(n-1) messages of S/n
+    assert both["comm_time"] == pytest.approx(ring + gathers)
+    assert both["steps_per_s"] == pytest.approx(1 / (0.01 + ring + gathers))
+    sent = 4 * (1e5 + H) + 2 * (1e5 + 3 * H)
+    assert both["bytes_per_step"]["h1"] == {"tx": pytest.approx(sent), "rx": pytest.approx(sent)}
     assert both["latency_time"] == pytest.approx(4e-3 + 2 * 3 * 1e-3)
     # only sparse gradients: no ring of dense ones, nor its latencies
     alone = cm.predict(replace(dense, model_bytes=0.0, tensors=0, sparse=1e5))
-    assert alone["comm_time"] == pytest.approx(2 * (0.1 + 3 * 1e-3))
+    assert alone["comm_time"] == pytest.approx(gathers)
 
 
 def test_packing_counts_tfs_own_packs_and_each_pack_pays_its_messages_latencies():
@@ -116,13 +120,15 @@ def test_packing_counts_tfs_own_packs_and_each_pack_pays_its_messages_latencies(
     hosts = {f"worker:{i}": f"h{i}" for i in range(4)}
     one = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, links(*hosts.values())))
     six = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, links(*hosts.values()), packs=6))
-    assert six["comm_time"] - one["comm_time"] == pytest.approx(5 * 2 * 3 * 5e-4)
-    assert six["latency_time"] == pytest.approx(6 * one["latency_time"]) and six["bytes_per_step"] == one["bytes_per_step"]
+    H, B = cm.RING_MESSAGE_BYTES, B100 * 0.95  # each message its request and headers, the same values' bytes
+    assert six["comm_time"] - one["comm_time"] == pytest.approx(5 * 2 * 3 * (5e-4 + H / B))
+    assert six["latency_time"] == pytest.approx(6 * one["latency_time"])
+    assert six["bytes_per_step"]["h1"]["tx"] - one["bytes_per_step"]["h1"]["tx"] == pytest.approx(5 * 2 * 3 * H)
     local = {"worker:0": "local", "worker:1": "local"}
     loop = cm.Link(0.8e9, 1.5e-3)
     one = cm.predict(cm.Scenario("multi_worker_mirrored", 2, MB, 0.005, local, loopback=loop))
     many = cm.predict(cm.Scenario("multi_worker_mirrored", 2, MB, 0.005, local, loopback=loop, packs=16))
-    assert many["comm_time"] - one["comm_time"] == pytest.approx(15 * 2 * 1.5e-3)
+    assert many["comm_time"] - one["comm_time"] == pytest.approx(15 * 2 * (1.5e-3 + 2 * H / 0.8e9))  # 2 workers' at once
     # 8-bit messages are gathered as one tensor: no packs
     eight = cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, links(*hosts.values()), bits=8)
     assert cm.predict(eight) == cm.predict(cm.Scenario(**{**eight.__dict__, "packs": 6}))
@@ -132,20 +138,22 @@ def test_workers_sharing_a_host_send_only_what_crosses_to_another_host():
     # ring 0 -> 1 -> 2 -> 3 -> 0: only 1 -> 2 and 3 -> 0 cross; each host sends one chunk a ring step
     hosts = {"worker:0": "h1", "worker:1": "h1", "worker:2": "h2", "worker:3": "h2"}
     p = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, links("h1", "h2")))
-    assert p["bytes_per_step"]["h1"]["tx"] == pytest.approx(cm.ring_bytes(MB, 4))
+    H = cm.RING_MESSAGE_BYTES  # a message's request and headers, beside its values
+    assert p["bytes_per_step"]["h1"]["tx"] == pytest.approx(cm.ring_bytes(MB, 4) + 6 * H)
     # int8 is gathered: (n-1) messages of the whole quantized model around the same ring
     p8 = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, links("h1", "h2"), bits=8))
-    assert p8["bytes_per_step"]["h1"]["tx"] == pytest.approx(3 * cm.message_bytes(MB, 8, tensors=1))
+    q8 = cm.message_bytes(MB, 8, tensors=1) + 4 * H  # and the 3 other gathers' messages
+    assert p8["bytes_per_step"]["h1"]["tx"] == pytest.approx(3 * q8)
     # and its time: 3 ring steps carrying the bytes, each after a latency, then 3 gathers more
     # of latency only (the scales; each gather's shapes first): 4 x 3 latencies in all
     B, alpha = B100 * 0.95, 5e-4
-    assert p8["comm_time"] == pytest.approx(3 * (alpha + cm.message_bytes(MB, 8, tensors=1) / B) + 3 * 3 * alpha)
+    assert p8["comm_time"] == pytest.approx(3 * (alpha + q8 / B) + 3 * 3 * alpha)
     assert p8["latency_time"] == pytest.approx(4 * 3 * alpha)
     # every worker on one host, its loopback free: nothing crosses, nothing waits (8 bits too)
     alone8 = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, dict.fromkeys(hosts, "h1"), {}, bits=8))
     assert alone8["comm_time"] == 0 and alone8["bottleneck"] == "compute"
     p16 = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, links("h1", "h2"), bits=16))
-    assert p16["bytes_per_step"]["h1"]["tx"] == pytest.approx(cm.ring_bytes(MB, 4) / 2)
+    assert p16["bytes_per_step"]["h1"]["tx"] == pytest.approx(cm.ring_bytes(MB, 4) / 2 + 6 * H)
     same = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, dict.fromkeys(hosts, "h1"), links("h1")))
     assert same["bytes_per_step"] == {} and same["comm_time"] == 0 and same["bottleneck"] == "compute"
 
@@ -220,8 +228,9 @@ def test_a_links_counters_read_its_payload_in_frames_and_the_acks_of_what_it_rec
     assert cm.wire_bytes(MB, MB) == pytest.approx(MB * 1.0684, rel=1e-4)
     hosts = {"worker:0": "h1", "worker:1": "h2"}
     p = cm.predict(cm.Scenario("multi_worker_mirrored", 2, MB, 0.01, hosts, links("h1", "h2")))
-    assert p["bytes_per_step"]["h1"] == {"tx": MB, "rx": MB}
-    assert p["wire_bytes_per_step"]["h1"] == {"tx": cm.wire_bytes(MB, MB), "rx": cm.wire_bytes(MB, MB)}
+    sent = MB + 2 * cm.RING_MESSAGE_BYTES  # and its 2 messages' requests and headers
+    assert p["bytes_per_step"]["h1"] == {"tx": sent, "rx": sent}
+    assert p["wire_bytes_per_step"]["h1"] == {"tx": cm.wire_bytes(sent, sent), "rx": cm.wire_bytes(sent, sent)}
     # one way only (a PS task's pull responses, say): no ACKs of its own to send
     assert cm.wire_bytes(MB, 0) / MB == pytest.approx(1514 / 1448)
 
@@ -312,7 +321,8 @@ def test_a_paths_cpu_per_byte_is_paid_in_series_with_its_wire_and_stretched_by_s
     c, alpha = 5e-9, 2e-3
     shaped = {h: cm.Link(B100, alpha, rate=100_000_000, cpu_per_byte=c) for h in hosts.values()}
     p = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, shaped, cores=2))
-    chunk = MB / 4  # 6 ring steps of S/n, each its latency, its wire and 2 x its CPU (4 workers, 2 cores)
+    chunk = MB / 4 + cm.RING_MESSAGE_BYTES  # 6 ring steps of S/n and a message's headers, each its latency,
+    # its wire and 2 x its CPU (4 workers, 2 cores)
     assert p["comm_time"] == pytest.approx(6 * (alpha + chunk / B100 + chunk * c * 2))
     alone = cm.predict(cm.Scenario("multi_worker_mirrored", 4, MB, 0.005, hosts, shaped))  # each host its own cores
     assert alone["comm_time"] == pytest.approx(6 * (alpha + chunk / B100 + chunk * c))
@@ -349,3 +359,20 @@ def test_a_calibrated_path_replaces_the_models_constants_on_the_machine_that_mea
     assert calibration.read() == {} and explain.loopback() == explain.LOOPBACK
     with pytest.raises(ValueError, match="unknown path"):
         calibration.write("wifi", {})
+
+
+def test_the_title_names_each_kind_of_path_a_run_crosses_and_where_its_latency_comes_from():
+    hosts = {"worker:0": "h1", "worker:1": "h1", "worker:2": "h2"}  # two workers share h1: its loopback too
+    veth, constant = cm.Link(math.inf, 6e-4, cpu_per_byte=3e-9), cm.Link(12.5e6, 2e-3, rate=100_000_000)
+    s = cm.Scenario("multi_worker_mirrored", 3, 1e6, 0.01, hosts, links={"h1": veth, "h2": veth},
+                    loopback=explain.LOOPBACK)
+    assert cm.paths(s) == {"h1:lo", "h1", "h2"}
+    assert explain._paths_note(s) == ("; veth latency and CPU per byte: this machine's wb.calibrate_links"
+                                      "; loopback latency: the model's constant (wb.calibrate_links(cluster) "
+                                      "measures this machine's)")
+    both = replace(s, loopback=cm.Link(math.inf, 5e-4, cpu_per_byte=2e-9))
+    assert explain._paths_note(both) == "; loopback and veth latency and CPU per byte: this machine's wb.calibrate_links"
+    shaped = replace(s, links={"h1": constant, "h2": constant}, loopback=explain.LOOPBACK)
+    assert explain._paths_note(shaped).startswith("; loopback and veth latency: the model's constant")
+    assert explain._paths_note(s, latency=5e-5) == "; latency 0.05 ms a message, as asked"
+    assert explain._paths_note(replace(s, hosts=dict.fromkeys(hosts, "h1"), loopback=None)) == ""

@@ -154,6 +154,11 @@ SPARSE_GATHERS = 3
 GATHERS_8BIT = 4
 
 # These constants are payload, as the model's other bytes (``wire_bytes`` adds the frames' headers).
+# Each message of TF's ring costs each host's link 375 bytes each way beside its values: the request
+# for it (RecvBuf), the response's gRPC and HTTP/2 headers, a last segment's frame. The bed, 100 Mbit,
+# a 16-tensor MLP (35 KB) in 1, 4 and 16 packs, 2 and 3 workers (2-64 messages a host a step): 355-612
+# bytes of frames a message more; without them the 16 packs read 1.29-1.57 of the model, with them 0.96-1.04.
+RING_MESSAGE_BYTES = 375
 # Each variable a PS task holds costs a worker step bytes beyond its values, each way (its request, the
 # response's headers): 2 biases and the learning rate (2,088, 3,784 bytes) went as 2.0-2.5x on the bed.
 PS_VARIABLE_BYTES = 1100
@@ -304,8 +309,9 @@ def predict(s: Scenario) -> dict[str, Any]:
 
     Synchronous rings: step time = input + compute + the ring's messages + other; the ring's
     time is its 2(n-1) (all-gather: n-1) message steps, each the latency plus the busiest
-    link's share (8 bits: 3 (n-1) more latencies, ``GATHERS_8BIT``; sparse gradients:
-    ``SPARSE_GATHERS`` more gathers). Parameter servers: each worker step pulls every
+    link's share, a message a pack with its headers (``RING_MESSAGE_BYTES``; 8 bits: 3 (n-1)
+    more latencies, ``GATHERS_8BIT``; sparse gradients: ``SPARSE_GATHERS`` more gathers).
+    Parameter servers: each worker step pulls every
     variable and pushes every gradient (S each way on its link, a share of both on each PS
     task's, + ``PS_VARIABLE_BYTES`` a variable; an embedding's table pulled whole, its rows
     pushed: ``ps_sparse``), the pull, then the push, one after the other (not at once, as
@@ -324,9 +330,11 @@ def predict(s: Scenario) -> dict[str, Any]:
     if ring(s.strategy) and n > 1:
         S = message_bytes(s.model_bytes, s.bits, s.tensors, s.value_bytes)
         steps, chunk = (n - 1, S) if s.bits == 8 else (2 * (n - 1), S / n)
-        one, out = _ring_step(s, chunk)
+        packs = 1 if s.bits == 8 else s.packs  # each pack its messages, their values' bytes split
+        # a message step: a message a pack, each with its own headers (8 bits: the other gathers' too)
+        headers = (GATHERS_8BIT if s.bits == 8 else packs) * RING_MESSAGE_BYTES
+        one, out = _ring_step(s, chunk + headers)
         alpha = max((path_link(s, h).alpha for h in out), default=0.0)
-        packs = 1 if s.bits == 8 else s.packs  # each pack its messages, their bytes split
         dense = bool(S) or not s.sparse  # a model of sparse gradients only all-reduces nothing dense
         comm = steps * (one + (packs - 1) * alpha) if dense else 0.0
         latency = steps * (GATHERS_8BIT if s.bits == 8 else packs) * alpha if dense else 0.0
@@ -334,7 +342,7 @@ def predict(s: Scenario) -> dict[str, Any]:
             comm += (GATHERS_8BIT - 1) * (n - 1) * alpha
         sent = {h: steps * b for h, b in out.items()} if dense else {}
         if s.sparse:  # gathered: each rank's rows pass every other rank, n-1 message steps a gather
-            one, out = _ring_step(s, s.sparse)
+            one, out = _ring_step(s, s.sparse + SPARSE_GATHERS * RING_MESSAGE_BYTES)
             comm += (n - 1) * (one + (SPARSE_GATHERS - 1) * alpha)
             latency += (n - 1) * SPARSE_GATHERS * alpha
             sent = {h: sent.get(h, 0.0) + (n - 1) * out.get(h, 0.0) for h in set(sent) | set(out)}

@@ -154,10 +154,8 @@ def _hosts(run: Any) -> dict[str, str]:
 def link_rates(run: Any) -> dict[str, int | None] | None:
     """{host: the rate its link had during the run} for a run on a test bed, else None."""
     watch = run.links
-    if watch is not None:
-        state = watch.state(window=1e9)
-        if state:
-            return {h: s["rate"] for h, s in state.items()}
+    if watch is not None and (state := watch.state(window=1e9)):
+        return {h: s["rate"] for h, s in state.items()}
     rates = getattr(run, "link_rates", None)
     return rates() if callable(rates) else None
 
@@ -203,8 +201,7 @@ def scenario(run: Any) -> costmodel.Scenario:
         strategy=job.strategy, workers=job.workers, model_bytes=model_bytes, compute=parts["compute"], hosts=hosts,
         links=links, ps=job.ps, ps_shares=ps_shares, ps_variables=ps_variables, ps_sparse=ps_sparse, tensors=tensors,
         packs=_packs(placement, job.bytes_per_pack, bits), bits=bits, value_bytes=value_bytes(placement),
-        sparse=sparse_bytes(placement, bits),
-        global_batch_size=job.global_batch_size,
+        sparse=sparse_bytes(placement, bits), global_batch_size=job.global_batch_size,
         input=parts["input"], other=parts["other"] + parts["waiting"], pauses=pauses, cores=os.cpu_count(),
         compute_workers=job.workers, average_every=getattr(job, "average_every", 1) or 1,
         loopback=loopback(measured))
@@ -281,17 +278,21 @@ def explain(run: Any) -> Explanation:
 
 
 def _paths_note(s: costmodel.Scenario, latency: float | None = None) -> str:
-    """Where the paths' latency (and CPU per byte) come from: this machine's calibration (a
-    CPU per byte: ``link_of``), the model's constants or ``wb.predict(latency=)``; "" when
-    nothing crosses a path."""
+    """Where the paths' latency (and CPU per byte) come from, for each kind of path crossed
+    (a bed's veth, a host's loopback): this machine's calibration (a CPU per byte:
+    ``link_of``), the model's constants or ``wb.predict(latency=)``; "" when nothing crosses."""
     if not (crossed := costmodel.paths(s)):
         return ""
     if latency is not None:
         return f"; latency {latency * 1e3:g} ms a message, as asked"
-    path = "veth" if s.links else "loopback"
-    if any(costmodel.path_link(s, h).cpu_per_byte > 0 for h in crossed):
-        return f"; {path} latency and CPU per byte: this machine's wb.calibrate_links"
-    return f"; {path} latency: the model's constant (wb.calibrate_links(cluster) measures this machine's)"
+    calibrated: dict[str, bool] = {}
+    for h in sorted(crossed, key=lambda h: not h.endswith(costmodel.LO)):  # loopback first
+        kind = "loopback" if h.endswith(costmodel.LO) else "veth"
+        calibrated[kind] = calibrated.get(kind, False) or costmodel.path_link(s, h).cpu_per_byte > 0
+    said = {True: " latency and CPU per byte: this machine's wb.calibrate_links",
+            False: " latency: the model's constant (wb.calibrate_links(cluster) measures this machine's)"}
+    return "".join(f"; {' and '.join(k for k, c in calibrated.items() if c == known)}{said[known]}"
+                   for known in (True, False) if known in calibrated.values())
 
 
 def _steady(h: pd.DataFrame, first_step: int = 1) -> pd.DataFrame:
@@ -320,9 +321,7 @@ def _tables(base: costmodel.Scenario, k: int, rows: float) -> dict[str, tuple[fl
 
 
 def _median(df: pd.DataFrame, col: str) -> float | None:
-    if col not in df or not df[col].notna().any():
-        return None
-    return float(df[col].median())
+    return float(df[col].median()) if col in df and df[col].notna().any() else None
 
 
 # -- runs not made --------------------------------------------------------------------------
