@@ -196,17 +196,20 @@ def test_a_parameter_servers_link_carries_n_times_a_workers_and_flattens_the_rat
 
 
 def test_each_variable_a_parameter_server_holds_adds_its_request_and_headers_to_its_link():
-    """Measured on the bed: a PS task holding 2 biases and the learning rate (3,784 bytes)
-    sent 1.9-2.0x those bytes per global step; ``PS_VARIABLE_BYTES`` a variable accounts for
-    the rest, and ``PS_PUSH_BYTES`` more towards the PS. Worked by hand: 2 PS tasks, 0.99 and
-    0.01 of 1 MB, holding 3 variables each."""
+    """Measured on the bed: a PS task costs a worker step bytes beyond its values, each way:
+    ``PS_TASK_BYTES``, ``PS_VARIABLE_BYTES`` a variable, and a call of ``steps_per_call``
+    steps ``PS_CALL_BYTES`` + ``PS_CALL_VARIABLE_BYTES`` a variable. Worked by hand: 2 PS
+    tasks, 0.99 and 0.01 of 1 MB, holding 3 variables each, calls of 10 steps."""
     B = B100 * 0.95
     hosts = {"chief:0": "h0", "ps:0": "p0", "ps:1": "p1", "worker:0": "w0", "worker:1": "w1"}
     s = cm.Scenario("parameter_server", 2, MB, 0.005, hosts, links(*set(hosts.values())), ps=2,
                     ps_shares={"ps:0": 0.99, "ps:1": 0.01}, ps_variables={"ps:0": 3, "ps:1": 3})
+    assert s.steps_per_call == 10
     p = cm.predict(s)
-    extra, back = 3 * cm.PS_VARIABLE_BYTES, 3 * (cm.PS_VARIABLE_BYTES + cm.PS_PUSH_BYTES)
-    assert p["bytes_per_step"]["p1"] == {"tx": pytest.approx(0.01 * MB + extra),  # 2.1x the values alone
+    extra = cm.PS_TASK_BYTES + 3 * cm.PS_VARIABLE_BYTES + (cm.PS_CALL_BYTES + 3 * cm.PS_CALL_VARIABLE_BYTES) / 10
+    back = extra  # the pull's requests and responses, the push's
+    assert extra == 2330  # 1,000 + 3 x 350 + (1,000 + 3 x 600) / 10
+    assert p["bytes_per_step"]["p1"] == {"tx": pytest.approx(0.01 * MB + extra),  # 1.2x the values alone
                                          "rx": pytest.approx(0.01 * MB + back)}
     assert p["bytes_per_step"]["p0"]["rx"] == pytest.approx(0.99 * MB + back)
     assert p["bytes_per_step"]["w0"] == {"tx": pytest.approx((MB + 2 * back) / 2),  # half the global steps
@@ -214,9 +217,13 @@ def test_each_variable_a_parameter_server_holds_adds_its_request_and_headers_to_
     # a worker's pull and push each move both PS tasks' bytes over its own link, one way each
     assert p["steps_per_s"] == pytest.approx(2 / (0.005 + (2 * MB + 2 * extra + 2 * back) / B + 2 * 5e-4))
     assert p["ps_load"]["ps:1"] == pytest.approx(p["steps_per_s"] * (0.01 * MB + extra))
+    # calls of 2 steps: each step carries a fifth of its call's bytes instead of a tenth
+    two = cm.predict(replace(s, steps_per_call=2))["bytes_per_step"]["p1"]["tx"]
+    call = cm.PS_CALL_BYTES + 3 * cm.PS_CALL_VARIABLE_BYTES
+    assert two - p["bytes_per_step"]["p1"]["tx"] == pytest.approx(call * (1 / 2 - 1 / 10))
     # a PS task that holds only the optimizer's variables still serves them
     lone = cm.predict(replace(s, ps_shares={"ps:0": 1.0}, ps_variables={"ps:0": 4, "ps:1": 1}))
-    assert lone["bytes_per_step"]["p1"]["tx"] == pytest.approx(cm.PS_VARIABLE_BYTES)
+    assert lone["bytes_per_step"]["p1"]["tx"] == pytest.approx(1000 + 350 + (1000 + 600) / 10)
     assert cm.predict(replace(s, ps_variables={}))["bytes_per_step"]["p1"]["tx"] == pytest.approx(0.01 * MB)
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 import workbench as wb
-from workbench.common import costmodel
+from workbench.common import costmodel, placement
 from workbench.kernel.runs import explain
 
 pytestmark = pytest.mark.cluster
@@ -60,7 +60,7 @@ def test_a_float64_models_16_bit_messages_are_predicted_as_sent(cluster):
     assert sent.predicted == 2 * values and sent.ratio == pytest.approx(1.0), sent
     # each tensor's bytes as sent (a quarter of float64's), which the packs are counted from
     assert explain.tensor_bytes(run.placement, 16) == [2.0 * b / 8 for b in explain.tensor_bytes(run.placement)]
-    assert explain._packs(run.placement, 8500, 16) == costmodel.packs(explain.tensor_bytes(run.placement, 16), 8500)
+    assert placement.packs(run.placement, 8500, 16) == costmodel.packs(explain.tensor_bytes(run.placement, 16), 8500)
 
 
 def test_a_recorded_run_is_explained_from_its_files(runs, tmp_path):
@@ -241,6 +241,7 @@ def test_an_embeddings_sparse_gradients_are_counted_and_predicted_as_gathered(cl
     s = explain.scenario(ps)
     assert s.ps_sparse == {"ps:0": (vocab * dim * 4, rows)} and s.model_bytes == dense
     p = wb.predict(ps, workers=2, ps=2, link="100mbit").prediction  # the table dealt to ps:0, as TF deals it
-    assert p["bytes_per_step"]["p0"]["tx"] == pytest.approx(vocab * dim * 4 + dense / 2 + 3 * costmodel.PS_VARIABLE_BYTES)
-    assert p["bytes_per_step"]["p0"]["rx"] == pytest.approx(rows + dense / 2 + 3 * (costmodel.PS_VARIABLE_BYTES
-                                                                                  + costmodel.PS_PUSH_BYTES))
+    calls = (costmodel.PS_TASK_BYTES + 3 * costmodel.PS_VARIABLE_BYTES
+             + (costmodel.PS_CALL_BYTES + 3 * costmodel.PS_CALL_VARIABLE_BYTES) / s.steps_per_call)
+    assert p["bytes_per_step"]["p0"]["tx"] == pytest.approx(vocab * dim * 4 + dense / 2 + calls)
+    assert p["bytes_per_step"]["p0"]["rx"] == pytest.approx(rows + dense / 2 + calls)

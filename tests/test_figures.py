@@ -187,3 +187,31 @@ def test_the_live_steps_per_second_count_only_the_steps_that_ended_in_the_window
     assert figures.recent_steps_per_s(rows_steps, rows_times, window=60.0) == pytest.approx(109 / 14.9)
     assert np.isnan(figures.recent_steps_per_s([], []))
     assert np.isnan(figures.recent_steps_per_s([3, 3], [1.0, 1.5]))
+
+
+def test_links_bytes_per_step_are_read_over_the_stretch_and_each_worker_moves_its_own_steps():
+    """``LinkSamples.over_stretch``: a link's counters from the end of the stretch's first step
+    to the end of its last, over the steps between (asynchronous steps are numbered as the
+    chief collects them: row by row they misread). ``worker_shares``: the rows each worker
+    ended inside the same stretch, which its link's bytes follow under a parameter server."""
+    from workbench.common.linksamples import LinkSamples
+
+    calls = async_calls()
+    step, time, step_time, worker = async_rows(calls)
+    frame = pd.DataFrame({"step": step, "time": time, "step_time": step_time, "worker": worker})
+    first, began, last, ended = figures.steady_stretch(frame)
+    samples = LinkSamples()
+    ticks = np.arange(99.0, time.max() + 1.0, 0.1)
+    # p0 sends 1,000 bytes/s and receives 500; "late" is sampled only from the stretch's middle on
+    samples.add([(t, host, 1000 * (t - 99), 500 * (t - 99), 10**8) for t in ticks for host in ("p0", "late")
+                 if host == "p0" or t > (began + ended) / 2])
+    moved = samples.over_stretch(frame)
+    assert set(moved) == {"p0"}
+    assert moved["p0"]["tx"] == pytest.approx(1000 * (ended - began) / (last - first), rel=1e-6)
+    assert moved["p0"]["rx"] == pytest.approx(moved["p0"]["tx"] / 2)
+    assert LinkSamples().over_stretch(frame) == {} and samples.over_stretch(frame.iloc[:0]) == {}
+    shares = figures.worker_shares(frame)
+    inside = frame[(frame.time > began) & (frame.time <= ended)]
+    assert shares == {w: pytest.approx(n / len(inside)) for w, n in inside.groupby("worker").size().items()}
+    assert sum(shares.values()) == pytest.approx(1.0) and len(shares) == len(set(worker))
+    assert figures.worker_shares(frame.drop(columns="worker")) == {}

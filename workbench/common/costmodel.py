@@ -159,12 +159,11 @@ GATHERS_8BIT = 4
 # a 16-tensor MLP (35 KB) in 1, 4 and 16 packs, 2 and 3 workers (2-64 messages a host a step): 355-612
 # bytes of frames a message more; without them the 16 packs read 1.29-1.57 of the model, with them 0.96-1.04.
 RING_MESSAGE_BYTES = 375
-# Each variable a PS task holds costs a worker step bytes beyond its values, each way (its request, the
-# response's headers): 2 biases and the learning rate (2,088, 3,784 bytes) went as 2.0-2.5x on the bed.
-PS_VARIABLE_BYTES = 1100
-# and 250 more towards the PS (the pull's request beside the push's): with 2 PS tasks, the one
-# holding 3 small variables received 1.09-1.12 of the symmetric bytes at 1-3 workers, 0.99-1.02 now.
-PS_PUSH_BYTES = 250
+# A PS task costs a worker step bytes beyond its values, each way (requests, responses' headers): PS_TASK_BYTES,
+# PS_VARIABLE_BYTES a variable it holds, and a call of steps_per_call steps PS_CALL_BYTES + PS_CALL_VARIABLE_BYTES
+# a variable. Fitted on 26 PS runs on the bed (3-34 variables a task, 0.1 KB-1 MB, 1-3 workers, 1-2 tasks, calls
+# of 2-20 steps): 127 of 154 link figures within 0.95-1.1, median 1.00 (1,100 a variable, before: 53, 0.79).
+PS_TASK_BYTES, PS_VARIABLE_BYTES, PS_CALL_BYTES, PS_CALL_VARIABLE_BYTES = 1000, 350, 1000, 600
 # A cut costs its two hosts' links 4.0-4.9 KB a step each way beside its tensors' bytes (TF's
 # requests for them, the responses' headers; the bed: 64 x 16 and 64 x 256 cuts at 50-200 Mbit
 # read 8.9-9.4 and 74.7-75.5 KB of frames, while the chief's link carried 1.5-3 KB): bytes only,
@@ -311,10 +310,10 @@ def predict(s: Scenario) -> dict[str, Any]:
     time is its 2(n-1) (all-gather: n-1) message steps, each the latency plus the busiest
     link's share, a message a pack with its headers (``RING_MESSAGE_BYTES``; 8 bits: 3 (n-1)
     more latencies, ``GATHERS_8BIT``; sparse gradients: ``SPARSE_GATHERS`` more gathers).
-    Parameter servers: each worker step pulls every
-    variable and pushes every gradient (S each way on its link, a share of both on each PS
-    task's, + ``PS_VARIABLE_BYTES`` a variable; an embedding's table pulled whole, its rows
-    pushed: ``ps_sparse``), the pull, then the push, one after the other (not at once, as
+    Parameter servers: each worker step pulls every variable and pushes every gradient (S
+    each way on its link, a share of both on each PS task's, + ``PS_TASK_BYTES`` a task,
+    ``PS_VARIABLE_BYTES`` a variable, and a call's; an embedding's table pulled whole, its rows pushed:
+    ``ps_sparse``), the pull, then the push, one after the other (not at once, as
     claim 3 takes them); the global rate is the lesser of n / (one worker's step
     time) and each link's bytes/s over the bytes it must move per global step. Every
     transfer's bytes also pay their ends' CPU (``seconds``). A split model (``cuts``): step
@@ -357,15 +356,16 @@ def predict(s: Scenario) -> dict[str, Any]:
     elif spec.has_ps:
         S = s.model_bytes
         shares = s.ps_shares or {f"ps:{j}": 1.0 / max(s.ps, 1) for j in range(s.ps)}
-        # each PS task's bytes per worker step: its share of the values each way, and its
-        # variables' requests and headers, more of them towards the PS (``PS_PUSH_BYTES``)
+        # each PS task's bytes per worker step: its share of the values each way, and its own and its
+        # variables' requests and headers, a step's and a call's (``PS_TASK_BYTES``, ...)
         # (an embedding's table is pulled whole and pushed as its rows: ``ps_sparse``)
         served: dict[str, tuple[float, float]] = {}  # PS task -> (bytes out, bytes in)
         for ps in sorted(set(shares) | set(s.ps_variables) | set(s.ps_sparse)):
             values, held = shares.get(ps, 0.0) * S, s.ps_variables.get(ps, 0)
             table, rows = s.ps_sparse.get(ps, (0.0, 0.0))
-            served[ps] = (values + table + PS_VARIABLE_BYTES * held,
-                          values + rows + (PS_VARIABLE_BYTES + PS_PUSH_BYTES) * held)
+            calls = (PS_TASK_BYTES + PS_VARIABLE_BYTES * held + (PS_CALL_BYTES + PS_CALL_VARIABLE_BYTES * held)
+                     / s.steps_per_call) if held else 0.0
+            served[ps] = (values + table + calls, values + rows + calls)
         pull, push, alpha = 0.0, 0.0, 0.0  # each way, for the slowest worker, unloaded links
         for w in (f"worker:{i}" for i in range(n)):
             moved: dict[str, list[float]] = {}  # link -> [bytes out, in] of this worker's step, seen from the PS

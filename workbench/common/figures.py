@@ -307,6 +307,18 @@ def steady_stretch(history: "object", first_step: int = 1) -> tuple[float, float
     return first, began, last, ended
 
 
+def worker_shares(history: "object", first_step: int = 1) -> dict[str, float]:
+    """{worker: its share of the rows that ended inside the stretch steps/s counts}
+    (``steady_stretch``): how a parameter server's global steps fell on its workers, each
+    row a step (a faster worker does more of them; its link carries its own steps only)."""
+    first, began, last, ended = steady_stretch(history, first_step)
+    if "worker" not in history or not len(history):
+        return {}
+    h = history[(history["step"] >= first_step) & (history["time"] > began) & (history["time"] <= ended)]
+    counts = h.groupby("worker").size()
+    return {str(w): float(c) / float(counts.sum()) for w, c in counts.items()} if len(h) else {}
+
+
 def scope(first_step: int) -> str:
     """What a run's figures cover, as views say it: its whole run, or its newest attempt."""
     return "whole run" if first_step <= 1 else f"since the resume at step {first_step - 1}"

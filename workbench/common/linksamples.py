@@ -9,6 +9,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from workbench.common.figures import BATCH_GAP  # rows of one worker closer than this were published as one batch
+from workbench.common.figures import steady_stretch
 from workbench.common.rates import busiest
 
 if TYPE_CHECKING:
@@ -107,6 +108,28 @@ class LinkSamples:
             rate = np.interp(now, t, s["rate"].astype(float).to_numpy())
             h[f"link_util_{host}"] = np.maximum(moved["tx"], moved["rx"]) * 8 / span / rate
         return h
+
+    def over_stretch(self, history: pd.DataFrame, first_step: int = 1) -> dict[str, dict[str, float]]:
+        """{host: {"tx", "rx": bytes its link's counters moved per step}} over the stretch
+        ``history``'s steps/s counts (``figures.steady_stretch``): the bytes from the end of
+        its first step to the end of its last, over the steps between. Asynchronous steps
+        are numbered as the chief collects them, not as they ran: a host's bytes averaged
+        row by row over a fast run's few 10-step calls read 0.72-1.25 of these. Hosts whose
+        samples do not cover the stretch (a live run's newest steps) are left out."""
+        import numpy as np
+
+        first, began, last, ended = steady_stretch(history, first_step)
+        if history.empty or not (last > first and ended > began):
+            return {}
+        out = {}
+        for host, s in self.frame().groupby("host"):
+            t = s["time"].to_numpy(dtype=float)
+            if t[0] > began or t[-1] < ended:
+                continue
+            moved = {way: float(np.diff(np.interp([began, ended], t, s[col].to_numpy(dtype=float)))[0])
+                     for col, way in (("sent", "tx"), ("received", "rx"))}
+            out[host] = {way: b / (last - first) for way, b in moved.items()}
+        return out
 
     def state(self, window: float = 2.0, since: float | None = None) -> dict[str, dict[str, Any]]:
         """{host: {"rate": bits/s or None, "bytes_per_s": the busier direction's bytes/s,

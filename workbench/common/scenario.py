@@ -52,7 +52,8 @@ class Scenario:
     indices, as sent), which TF all-gathers (``SPARSE_GATHERS``) instead of all-reducing.
     ``ps_sparse``: {PS task: (the bytes of the variables it holds whose gradients are sparse,
     an embedding's table, which a worker's step pulls whole; the bytes of their rows and
-    indices the step pushes back)}; ``ps_shares`` then share the other variables' bytes."""
+    indices the step pushes back)}; ``ps_shares`` then share the other variables' bytes.
+    ``steps_per_call``: the steps of each call a worker runs (``steps_per_execution``)."""
 
     strategy: str
     workers: int
@@ -79,3 +80,4 @@ class Scenario:
     value_bytes: float = 4.0
     sparse: float = 0.0
     ps_sparse: dict[str, tuple[float, float]] = field(default_factory=dict)
+    steps_per_call: int = 10

@@ -25,7 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.common import costmodel, figures, strategies, validate
 from workbench.common.costmodel import Link, without_pulls
+from workbench.common import placement as placement_of
 from workbench.common.explanation import Explanation
+from workbench.common.placement import (  # noqa: F401 - as explain.* too (calibrate, walkthrough 12)
+    DENSE_BITS, sparse_bytes, tensor_bytes, trainable_bytes, value_bytes)
 from workbench.common.rates import parse_rate
 from workbench.errors import invalid
 from workbench.store import calibration as stored_paths  # not predict()'s calibration run
@@ -50,7 +53,6 @@ LINK_ALPHA = 2.0e-3
 LOOPBACK = Link(bytes_per_s=0.8e9, alpha=1.5e-3)
 UNSHAPED_VETH = Link(bytes_per_s=0.8e9, alpha=2.0e-3)
 BITS = {None: 32, "fp16": 16, "bf16": 16, "int8": 8}
-DENSE_BITS = 8  # 8-bit messages quantize every gradient dense, an embedding's too (engine/compression.py)
 
 
 def measured_paths() -> dict[str, Link]:
@@ -79,73 +81,6 @@ def loopback(measured: dict[str, Link] | None = None) -> Link:
 
 
 # -- what a run is, as the model needs it ---------------------------------------------------
-
-def _trainable(placement: pd.DataFrame, split: bool = False, bits: int | None = None) -> pd.DataFrame:
-    """One replica's trainable variables' rows of ``run.placement``: under MWMS every worker
-    reports its own copy (the first one's kept); ``split``: the model's stages are on the
-    workers, each variable once, all kept. Runs recorded before placement said which
-    variables train keep every model variable. ``bits``: only those whose gradients are
-    all-reduced, not the sparse ones (``sparse_bytes``), unless ``DENSE_BITS``."""
-    v = placement[placement.variable.notna() & (placement.kind == "model")]
-    if "trainable" in v and v.trainable.notna().any():
-        v = v[v.trainable.fillna(False).astype(bool)]
-    if len(v) and (v.role == "worker").all() and not split:  # mirrored on every worker: one copy
-        v = v[v.task == v.task.min()]
-    if bits is not None and bits != DENSE_BITS and "sparse_bytes" in v:
-        v = v[v.sparse_bytes.isna()]
-    return v
-
-
-def trainable_bytes(placement: pd.DataFrame, split: bool = False, bits: int | None = None) -> tuple[float, int]:
-    """(bytes, tensors) of one replica's trainable variables, from ``run.placement``, shards
-    summed (``_trainable``; ``bits``: the all-reduced ones)."""
-    v = _trainable(placement, split, bits)
-    return float(v["bytes"].sum()), int(v.variable.nunique())
-
-
-def sparse_bytes(placement: pd.DataFrame, bits: int = 32) -> float:
-    """The bytes of one replica's sparse gradients (an embedding's ``IndexedSlices``: its
-    rows and their indices, as traced) that TF all-gathers each step at ``bits`` (32, 16:
-    as sent; 8: none, quantized dense)."""
-    v = _trainable(placement)
-    if bits == DENSE_BITS or "sparse_bytes" not in v:
-        return 0.0
-    return float(v.sparse_bytes.dropna().sum())
-
-
-def value_bytes(placement: pd.DataFrame) -> float:
-    """The bytes of one value of the model's trainable variables (4: float32, 8: float64),
-    from their bytes and shapes; 4 when the placement has no shapes."""
-    v = _trainable(placement)
-    values = sum(math.prod(s) for s in v["shape"]) if "shape" in v and v["shape"].notna().all() else 0
-    return float(v["bytes"].sum()) / values if values else 4.0
-
-
-def tensor_bytes(placement: pd.DataFrame, bits: int = 32) -> list[float]:
-    """The bytes of each trainable variable of one replica (``_trainable``) as ``bits``-per-
-    value messages send it (32: as it is, whatever its dtype), in the model's order: what
-    TF's packing groups (``costmodel.packs``)."""
-    v = _trainable(placement, bits=bits)
-    if bits == 32:
-        return [float(b) for b in v["bytes"]]
-    return [math.prod(s) * bits / 8 for s in v["shape"]]
-
-
-def _packs(placement: pd.DataFrame, bytes_per_pack: int, bits: int, scale: float = 1.0) -> int:
-    return costmodel.packs([b * scale for b in tensor_bytes(placement, bits)], bytes_per_pack)
-
-
-def _ps_tasks(placement: pd.DataFrame) -> tuple[dict[str, float], dict[str, int], dict[str, tuple[float, float]]]:
-    """({PS task: its share of the model's dense bytes}, {PS task: its variables, the
-    optimizer's too}, {PS task: (its tables' bytes, their rows' a step)}: ``Scenario.ps_sparse``)."""
-    v = placement[placement.variable.notna() & (placement.role == "ps")]
-    sparse = (v.kind == "model") & (v.sparse_bytes.notna() if "sparse_bytes" in v else False)
-    model = v[(v.kind == "model") & ~sparse].groupby("task")["bytes"].sum()
-    shares = {f"ps:{int(t)}": float(b) / float(model.sum()) for t, b in model.items()} if model.sum() else {}
-    tables = {f"ps:{int(t)}": (float(g["bytes"].sum()), float(g.sparse_bytes.sum()))
-              for t, g in v[sparse].groupby("task")}
-    return shares, {f"ps:{int(t)}": int(c) for t, c in v.groupby("task").size().items()}, tables
-
 
 def _hosts(run: Any) -> dict[str, str]:
     return {t.name: (getattr(t, "host", None) or "local") for t in run.tasks}
@@ -188,7 +123,7 @@ def scenario(run: Any) -> costmodel.Scenario:
     model_bytes, tensors = trainable_bytes(placement, split=spec.splits_model, bits=bits)
     hosts = _hosts(run)
     rates = link_rates(run)
-    measured, (ps_shares, ps_variables, ps_sparse) = measured_paths(), _ps_tasks(placement)
+    measured, (ps_shares, ps_variables, ps_sparse) = measured_paths(), placement_of.ps_tasks(placement)
     links = {h: link_of(r, measured) for h, r in rates.items()} if rates else {}
     if not links:  # one machine: every task on it, talking over its loopback
         hosts = dict.fromkeys(hosts, "local")
@@ -200,11 +135,11 @@ def scenario(run: Any) -> costmodel.Scenario:
     s = costmodel.Scenario(
         strategy=job.strategy, workers=job.workers, model_bytes=model_bytes, compute=parts["compute"], hosts=hosts,
         links=links, ps=job.ps, ps_shares=ps_shares, ps_variables=ps_variables, ps_sparse=ps_sparse, tensors=tensors,
-        packs=_packs(placement, job.bytes_per_pack, bits), bits=bits, value_bytes=value_bytes(placement),
+        packs=placement_of.packs(placement, job.bytes_per_pack, bits), bits=bits, value_bytes=value_bytes(placement),
         sparse=sparse_bytes(placement, bits), global_batch_size=job.global_batch_size,
         input=parts["input"], other=parts["other"] + parts["waiting"], pauses=pauses, cores=os.cpu_count(),
         compute_workers=job.workers, average_every=getattr(job, "average_every", 1) or 1,
-        loopback=loopback(measured))
+        loopback=loopback(measured), steps_per_call=job.steps_per_execution or 1)
     if spec.has_ps:  # the anatomy counts a worker's pulls of the variables in its compute
         s = replace(s, compute=without_pulls(s, parts["compute"]))
     if spec.splits_model:  # the stages compute one after the other: one step's compute, as timed
@@ -249,19 +184,24 @@ def explain(run: Any) -> Explanation:
         rows.append(("bytes across the cuts per step (activations, their gradients)", 2 * sum(s.cuts),
                      parts["bytes_per_step"], "model: 2 x batch x width x 4 per cut"))
     steady = _steady(h, run.job.first_step)
+    # each link's bytes over the stretch steps/s counts (row by row where its samples end early)
+    moved = run.links.over_stretch(h, run.job.first_step) if run.links is not None else {}
+    shares = _shares(s, figures.worker_shares(h, run.job.first_step))
     for host, b in p["wire_bytes_per_step"].items():
         if host == "local":
             continue
+        x, note = shares.get(host, (1.0, ""))
         for way in ("tx", "rx"):
-            rows.append((f"{host} link bytes {'sent' if way == 'tx' else 'received'} per step", b[way],
-                         _median(steady, f"link_{way}_bytes_{host}"),
-                         f"model: {p['bytes_per_step'][host][way]:,.0f} payload, in frames with ACKs"))
+            measured = moved[host][way] if host in moved else _median(steady, f"link_{way}_bytes_{host}")
+            rows.append((f"{host} link bytes {'sent' if way == 'tx' else 'received'} per step", b[way] * x, measured,
+                         f"model: {p['bytes_per_step'][host][way] * x:,.0f} payload, in frames with ACKs{note}"))
         if host in p["link_util"]:
-            rows.append((f"{host} link use", p["link_util"][host], _median(steady, f"link_util_{host}"), "model"))
+            rows.append((f"{host} link use", p["link_util"][host] * x, _median(steady, f"link_util_{host}"),
+                         "model" + note))
     for ps, load in p["ps_load"].items():
         measured, host, source = None, s.hosts.get(ps), "model"
-        if host and f"link_tx_bytes_{host}" in steady:  # as its link's counters read it
-            measured = _median(steady, f"link_tx_bytes_{host}") * measured_rate
+        if host in moved or (host and f"link_tx_bytes_{host}" in steady):  # as its link's counters read it
+            measured = (moved[host]["tx"] if host in moved else _median(steady, f"link_tx_bytes_{host}")) * measured_rate
             load *= p["wire_bytes_per_step"][host]["tx"] / (p["bytes_per_step"][host]["tx"] or 1.0)
             source = "model: in frames with ACKs"
         rows.append((f"{ps} load (bytes/s pulled)", load, measured, source))
@@ -293,6 +233,20 @@ def _paths_note(s: costmodel.Scenario, latency: float | None = None) -> str:
             False: " latency: the model's constant (wb.calibrate_links(cluster) measures this machine's)"}
     return "".join(f"; {' and '.join(k for k, c in calibrated.items() if c == known)}{said[known]}"
                    for known in (True, False) if known in calibrated.values())
+
+
+def _shares(s: costmodel.Scenario, shares: dict[str, float]) -> dict[str, tuple[float, str]]:
+    """{host of workers only: (n x its workers' measured share of the steps, said)} under a
+    parameter server, whose workers each move their own steps' bytes (the model's: 1/n each)."""
+    if not strategies.spec(s.strategy).has_ps:
+        return {}
+    out = {}
+    for host in set(s.hosts.values()):
+        tasks = [t for t, where in s.hosts.items() if where == host]
+        if all(t.startswith("worker:") and t in shares for t in tasks):
+            x = s.workers * sum(shares[t] for t in tasks) / len(tasks)
+            out[host] = (x, f"; x {x:.2f}, its worker's share of the steps (measured)")
+    return out
 
 
 def _steady(h: pd.DataFrame, first_step: int = 1) -> pd.DataFrame:
@@ -380,7 +334,7 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
             raise invalid("bytes_per_pack", bytes_per_pack, "0 with 8-bit messages (gathered as one tensor, "
                           "not all-reduced in packs)")
     scale = size / base.model_bytes if base.model_bytes else 1.0  # a model of sparse gradients only: as it is
-    packs = _packs(calibration.placement, bytes_per_pack, bits, scale)
+    packs = placement_of.packs(calibration.placement, bytes_per_pack, bits, scale)
     shared = base.cores if cores == AS_CALIBRATED else cores
     if shared is not None:
         shared = validate.positive_int("cores", shared)
