@@ -1,7 +1,7 @@
 """The cost model against the test bed: measured / predicted over a grid of runs.
 
     python bench/predict.py            # full: ~25 minutes on 2 cores (needs root: wb.testbed)
-    python bench/predict.py --quick    # smoke: 3 cells
+    python bench/predict.py --quick    # smoke: 5 cells
     python bench/predict.py --parts ring --workers 4 --bits int8 --out predict-int8   # a part of it
 
 Ring all-reduce (multi_worker_mirrored) with 2, 3 and 4 workers x links of 50, 100 and 200
@@ -16,6 +16,11 @@ formula's bytes in frames (``costmodel.wire_bytes``: headers and ACKs, as the co
 in 0.9-1.1, every cell in 0.8-1.25, bytes per link in 0.95-1.1. Writes predict.json,
 predict.md and predict.png (measured against predicted steps/s, a point per cell) to
 bench/results/.
+
+Then ``wb.predict`` answers for each cell from another cell's run (the ring's at 2 workers, the
+parameter server's at 1 worker and 1 PS task, at 100 Mbit, same model and bits): its own
+compute no longer known, the calibration's scaled to the cell's workers and cores, as for
+runs not made (``cross_ratio``: measured / that prediction).
 
 First, on unshaped links, ``wb.calibrate_links`` measures the bed's path (alpha, the CPU per
 byte) with TF's ring; each cell is then explained twice: with that calibration (the
@@ -79,6 +84,7 @@ def cell(cluster, bed, data, strategy, workers, ps, rate, model_bytes, compressi
     sent = t[t.index.str.contains("link bytes sent per step")]
     constants = plain.table.set_index("figure").loc["steps/s"]
     return {
+        "run": run.id, "global_batch_size": batch,
         "predicted_constants": float(constants.predicted), "ratio_constants": float(constants.ratio),
         "strategy": strategy, "workers": workers, "ps": ps, "rate": rate, "model_bytes": model_bytes,
         "compression": compression or "fp32", "steps": steps,
@@ -97,7 +103,7 @@ def grid(quick, parts=("ring", "ps", "split"), workers=(2, 3, 4), rates=tuple(RA
     ps = list(itertools.product([1, 2, 3], [1, 2]))
     split = list(itertools.product(RATES, CUTS))
     if quick:
-        ring = [(2, "100mbit", "0.3 MB", "fp32"), (3, "100mbit", "0.3 MB", "int8")]
+        ring = [(2, "100mbit", "0.3 MB", "fp32"), (3, "100mbit", "0.3 MB", "fp32"), (3, "100mbit", "0.3 MB", "int8")]
         ps, split = [(2, 1)], [("50mbit", "wide")]
     ring = [c for c in ring if "ring" in parts and c[0] in workers and c[1] in rates and c[3] in bits]
     ps = [c for c in ps if "ps" in parts and c[0] in workers and "100mbit" in rates and "fp32" in bits]
@@ -145,6 +151,7 @@ def main(argv=None):
                 cells.append(cell(cluster, bed, data, "model_parallel", 2, 0, rate, 2.0 * SPLIT_BATCH * width * 4,
                                   None, guess, model=model, paths=paths))
                 print(_line(cells[-1]), flush=True)
+            cross(cluster, cells, paths)
     meta = {"quick": args.quick, "seconds": round(time.time() - t0, 1), "machine": machine(), "calibration": veth}
     summary = summarize(cells)
     OUT.mkdir(exist_ok=True)
@@ -153,6 +160,33 @@ def main(argv=None):
     (OUT / f"{args.out}.md").write_text(table)
     plot(cells, args.out)
     print(table)
+
+
+BASES = {("multi_worker_mirrored", 2, 0, "100mbit"), ("parameter_server", 1, 1, "100mbit")}
+
+
+def cross(cluster, cells, paths):
+    """Each cell's steps/s, measured / ``wb.predict``-ed from another cell's run: the ring's
+    at 2 workers, the parameter server's at 1 worker and 1 PS task, at 100 Mbit, same model
+    and bits (the machinery of walkthrough 12's tables for 50 workers, tested where the bed
+    can run the shape): ``cross_predicted`` and ``cross_ratio``, for the cells that have one."""
+    from workbench.store import calibration
+
+    def key(c):
+        return c["strategy"], c["model_bytes"], c["compression"]
+
+    base = {key(c): c["run"] for c in cells if (c["strategy"], c["workers"], c["ps"], c["rate"]) in BASES}
+    runs = {r.id: r for r in cluster.runs}
+    with own_home():
+        for name, figures in paths.items():
+            calibration.write(name, figures)
+        for c in cells:
+            if base.get(key(c)) in (None, c["run"]):
+                continue
+            p = wb.predict(runs[base[key(c)]], workers=c["workers"], ps=c["ps"], link=c["rate"],
+                           global_batch_size=c["global_batch_size"]).prediction
+            c["cross_predicted"], c["cross_ratio"] = p["steps_per_s"], c["measured"] / p["steps_per_s"]
+            print(f"{_line(c)}; from {base[key(c)]}: {c['cross_ratio']:.2f}", flush=True)
 
 
 def _guess(n, rate, model_bytes, bits):
@@ -179,6 +213,7 @@ def summarize(cells):
     ratios = [c["ratio"] for c in bound]
     data = [r for c in cells for r in c["bytes_ratios"]]
     plain = [c["ratio_constants"] for c in bound]
+    crossed = [c["cross_ratio"] for c in cells if "cross_ratio" in c]
     return {
         "constants_median": statistics.median(plain) if plain else None,
         "constants_within_0.8_1.25": sum(0.8 <= r <= 1.25 for r in plain),
@@ -188,6 +223,9 @@ def summarize(cells):
         "within_0.8_1.25": sum(0.8 <= r <= 1.25 for r in ratios),
         "bytes_ratio_min": min(data, default=None), "bytes_ratio_max": max(data, default=None),
         "bytes_within_0.95_1.1": sum(0.95 <= r <= 1.1 for r in data), "bytes_cells": len(data),
+        "cross_cells": len(crossed), "cross_median": statistics.median(crossed) if crossed else None,
+        "cross_min": min(crossed, default=None), "cross_max": max(crossed, default=None),
+        "cross_within_0.8_1.25": sum(0.8 <= r <= 1.25 for r in crossed),
     }
 
 
@@ -201,17 +239,21 @@ def markdown(cells, s, meta):
              f"bytes per link measured / predicted {r(s['bytes_ratio_min'])}-{r(s['bytes_ratio_max'])} "
              f"({s['bytes_within_0.95_1.1']} of {s['bytes_cells']} within 0.95-1.1). With the model's built-in "
              f"constants instead of the calibration: median {r(s['constants_median'])}, "
-             f"{s['constants_within_0.8_1.25']} within 0.8-1.25. Machine: {meta['machine']}, {meta['seconds']:.0f} s.",
+             f"{s['constants_within_0.8_1.25']} within 0.8-1.25. `wb.predict` from another cell's run (a ring's at "
+             f"2 workers, a parameter server's at 1, both at 100 Mbit; same model and bits), {s['cross_cells']} cell(s): "
+             f"median {r(s['cross_median'])} [{r(s['cross_min'])}-{r(s['cross_max'])}], "
+             f"{s['cross_within_0.8_1.25']} within 0.8-1.25. Machine: {meta['machine']}, {meta['seconds']:.0f} s.",
              "",
              "| strategy | workers | PS | link | model | bits | predicted steps/s | measured | ratio | ratio (constants) "
-             "| bytes ratio | bottleneck |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| ratio (wb.predict from another run) | bytes ratio | bottleneck |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in cells:
         model = (f"cut {c['model_bytes'] / 1e3:g} KB/step" if c["strategy"] == "model_parallel"
                  else f"{c['model_bytes'] / 1e6:g} MB")
         lines.append(f"| {c['strategy']} | {c['workers']} | {c['ps']} | {c['rate']} | {model} "
                      f"| {c['compression']} | {c['predicted']:.3g} | {c['measured']:.3g} | {c['ratio']:.2f} "
-                     f"| {c['ratio_constants']:.2f} | {_span(c['bytes_ratios'])} | {c['bottleneck']} |")
+                     f"| {c['ratio_constants']:.2f} | {r(c.get('cross_ratio'))} | {_span(c['bytes_ratios'])} "
+                     f"| {c['bottleneck']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -568,7 +568,15 @@ def test_variable_partitioner_shards_a_tf_module_over_ps_tasks(cluster4):
 
 
 def test_a_keras_model_with_a_partitioner_gets_a_clear_error(cluster4):
-    run = cluster4.train(MLP, DIGITS, strategy="parameter_server", workers=1, ps=2, variable_partitioner=2,
-                        global_batch_size=128, steps=5)
+    # the workbench's own Keras models are known in the kernel: refused before any engine builds one
+    runs = len(cluster4.runs)
+    with pytest.raises(wb.ConfigError, match=r"argument 'variable_partitioner'. Received: variable_partitioner=2. "
+                                             r"Expected None with a Keras model \(model=MLP\), or a tf.Module model"):
+        cluster4.train(MLP, DIGITS, strategy="parameter_server", workers=1, ps=2, variable_partitioner=2,
+                       global_batch_size=128, steps=5)
+    assert len(cluster4.runs) == runs
+    # a callable of the user's is only known once an engine calls it
+    run = cluster4.train(lambda: MLP(), DIGITS, strategy="parameter_server", workers=1, ps=2, variable_partitioner=2,
+                         global_batch_size=128, steps=5)
     with pytest.raises(wb.EngineError, match="Expected a tf.Module model"):
         run.wait(timeout=120)

@@ -338,8 +338,11 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     shared = base.cores if cores == AS_CALIBRATED else cores
     if shared is not None:
         shared = validate.positive_int("cores", shared)
-    # one worker's compute alone, per example and parameter, its codec apart, then at the new shape
-    alone = base.compute / max(1.0, base.compute_workers / base.cores) if base.cores else base.compute
+    # one worker's compute alone, per example and parameter, its codec apart, then at the new shape; its
+    # input and other (Python, dispatch: CPU too) alone, then as the new shape's workers share the cores
+    crowded = max(1.0, base.compute_workers / base.cores) if base.cores else 1.0
+    busy = (max(1.0, n / shared) if shared else 1.0) / crowded
+    alone = base.compute / crowded
     alone = max(0.0, alone - costmodel.codec_time(base.model_bytes, base.bits, base.tensors, base.value_bytes))
     per_worker = batch / n if spec.synchronous else batch
     base_per_worker = base.global_batch_size / base.workers if spec.synchronous else base.global_batch_size
@@ -362,7 +365,8 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
         strategy=base.strategy, workers=n, model_bytes=size, compute=compute, hosts=hosts, links=host_link, ps=k,
         ps_shares=base.ps_shares if k == base.ps else {}, ps_variables=_spread(base, k),
         ps_sparse=_tables(base, k, per_worker / base_per_worker),
-        tensors=base.tensors, packs=packs, bits=bits, value_bytes=base.value_bytes, global_batch_size=batch, input=base.input, other=base.other,
+        tensors=base.tensors, packs=packs, bits=bits, value_bytes=base.value_bytes, global_batch_size=batch, input=base.input * busy,
+        other=base.other * busy,
         pauses=base.pauses, cores=shared, compute_workers=1, average_every=base.average_every,
         loopback=loopback(measured) if alpha is None else replace(loopback(measured), alpha=alpha),
         cuts=tuple(c * batch / base.global_batch_size for c in base.cuts),
@@ -372,7 +376,7 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     one = costmodel.predict(costmodel.Scenario(
         strategy="single", workers=1, model_bytes=size, compute=alone * (batch / base_per_worker if spec.synchronous
                                                                       else 1) * scale,
-        hosts={"worker:0": "local"}, global_batch_size=batch, input=base.input, other=base.other))
+        hosts={"worker:0": "local"}, global_batch_size=batch, input=base.input / crowded, other=base.other / crowded))
     examples = p["steps_per_s"] * batch
     speedup = examples / (one["steps_per_s"] * batch) if one["steps_per_s"] else float("nan")
     rows = [("steps/s", p["steps_per_s"]), ("examples/s", examples),

@@ -111,6 +111,12 @@ def _make_job(available, *, model, data, run_dir, loss, optimizer, learning_rate
         if not ok:
             raise invalid("variable_partitioner", variable_partitioner,
                           "None, a number of shards (int >= 1), or ('min_size', bytes)")
+        from workbench import models  # the workbench's Keras models, known before any engine builds one
+
+        if isinstance(model, (models.MLP, models.SplitMLP, models.Rebuilt)):
+            raise invalid("variable_partitioner", variable_partitioner,
+                          f"None with a Keras model (model={type(model).__name__}), or a tf.Module model such as "
+                          "wb.models.module_mlp(...)", "Keras 3 layers fail in tape.gradient with sharded variables.")
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
     run_dir = run_dir or str(home.runs_dir() / run_id)
     return Job(
