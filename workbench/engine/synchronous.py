@@ -121,11 +121,12 @@ def _lockstep(t, run_chunk, agree, examples, loss_scale, replicas, every, profil
         else:
             losses, hits, *values = run_chunk(done, n)
         dt = time.perf_counter() - t0
+        ended = time.time()  # every row of the call stamped with its end: one chunk (figures.BATCH_GAP)
         values, parts = values[:len(metrics)], values[len(metrics):]
         for j, loss in enumerate(losses):
             # this worker's shard: its mean loss and accuracy over its examples of the step
             loop.check_loss(float(loss), done + j + 1, ctx.name, job)
-            pub.add(step=done + j + 1, worker=ctx.name, loss=float(loss) * loss_scale,
+            pub.add(step=done + j + 1, worker=ctx.name, time=ended, loss=float(loss) * loss_scale,
                     accuracy=float(hits[j]) / examples, step_time=dt / n,
                     examples_per_s=examples * n / dt, replicas=replicas,
                     **{name: float(v[j]) for (name, _, _), v in zip(metrics, values)}, **step.anatomy(parts, j))

@@ -186,7 +186,7 @@ def explain(run: Any) -> Explanation:
     steady = _steady(h, run.job.first_step)
     # each link's bytes over the stretch steps/s counts (row by row where its samples end early)
     moved = run.links.over_stretch(h, run.job.first_step) if run.links is not None else {}
-    shares = _shares(s, figures.worker_shares(h, run.job.first_step))
+    shares = _shares(s, h, run.job.first_step)
     for host, b in p["wire_bytes_per_step"].items():
         if host == "local":
             continue
@@ -235,11 +235,12 @@ def _paths_note(s: costmodel.Scenario, latency: float | None = None) -> str:
                    for known in (True, False) if known in calibrated.values())
 
 
-def _shares(s: costmodel.Scenario, shares: dict[str, float]) -> dict[str, tuple[float, str]]:
-    """{host of workers only: (n x its workers' measured share of the steps, said)} under a
-    parameter server, whose workers each move their own steps' bytes (the model's: 1/n each)."""
+def _shares(s: costmodel.Scenario, h: pd.DataFrame, first_step: int) -> dict[str, tuple[float, str]]:
+    """{host of workers only: (n x its workers' share of the steps ``h`` measured, said)} under
+    a parameter server, whose workers each move their own steps' bytes (the model's: 1/n each)."""
     if not strategies.spec(s.strategy).has_ps:
         return {}
+    shares = figures.worker_shares(h, first_step)
     out = {}
     for host in set(s.hosts.values()):
         tasks = [t for t, where in s.hosts.items() if where == host]
