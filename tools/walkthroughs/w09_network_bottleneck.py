@@ -235,18 +235,26 @@ then an all-gather of n chunks of S/n. That is 1.0 S at 2 workers, 1.33 S at 3, 
 costs at most twice the 2-worker step while the work per step grows n times.
 
 The same 2.6 MB model on 100 Mbit links, 32 examples per worker and step, at 3 and 4
-workers (each host its own engine: 3 and 4 of the bed's 6 hosts). Beside each: what the
-cost model (`run.explain()`, `workbench/common/costmodel.py`) predicts for that run from
-the link rate, the model's bytes and the run's own compute.
+workers (each host its own engine: 3 and 4 of the bed's 6 hosts). First, before they run,
+`wb.predict` answers from the 2-worker run alone (its compute per example, the workers
+sharing the 2 cores, the ring's bytes for n): the way walkthrough 12 predicts 50 workers.
+Then, beside each run: what the cost model (`run.explain()`, `workbench/common/costmodel.py`)
+predicts for that run from the link rate, the model's bytes and the run's own compute.
 """),
         code("""
 if bed is not None:
     rings = {2: ring["100mbit"]}
+    ahead = {n: wb.predict(rings[2]["run"], workers=n, global_batch_size=32 * n).prediction["steps_per_s"]
+             for n in (3, 4)}
+    print("steps/s predicted by wb.predict from the 2-worker run, before the runs:",
+          {n: round(v, 2) for n, v in ahead.items()})
     rings.update({n: allreduce("100mbit", 60, workers=n) for n in (3, 4)})
-    print(" n  bytes sent per host / S  2(n-1)/n   steps/s measured  predicted  measured/predicted")
+    print(" n  bytes sent per host / S  2(n-1)/n   steps/s measured  run.explain()  measured/explain  "
+          "measured/wb.predict")
     for n, r in rings.items():
+        before = f"{r['steps_per_s'] / ahead[n]:19.2f}" if n in ahead else "                  -"
         print(f"{n:2d}  {r['sent_over_model']:22.3f}  {2 * (n - 1) / n:8.3f}   {r['steps_per_s']:16.2f}  "
-              f"{r['predicted']:9.2f}  {r['steps_per_s'] / r['predicted']:18.2f}")
+              f"{r['predicted']:13.2f}  {r['steps_per_s'] / r['predicted']:16.2f}  {before}")
 """, volatile=True),
         code("""
 import matplotlib.pyplot as plt
@@ -274,6 +282,9 @@ if bed is not None:
           f"{all(0.95 <= x <= 1.1 for x in sent.values())} (measured {[round(float(x), 3) for x in sent.values()]})")
     print(f"steps/s measured / predicted within 0.65-1.25 at n = 2, 3, 4: {all(0.65 <= x <= 1.25 for x in ratios.values())} "
           f"(measured {[round(float(x), 2) for x in ratios.values()]})")
+    before = {n: rings[n]["steps_per_s"] / ahead[n] for n in ahead}
+    print(f"steps/s measured / wb.predict-ed from the 2-worker run before the runs, within 0.6-1.25 at n = 3, 4: "
+          f"{all(0.6 <= x <= 1.25 for x in before.values())} (measured {[round(float(x), 2) for x in before.values()]})")
     drop = rings[4]["steps_per_s"] / rings[2]["steps_per_s"]
     expected = rings[4]["predicted"] / rings[2]["predicted"]
     print(f"4 workers' steps/s over 2 workers', against the cost model's (4 engines share 2 cores): within "
@@ -290,7 +301,11 @@ model's bytes and the compute it measured; the measured bytes are the veths' cou
 Measured falls below predicted as n grows (0.72-0.90 in five executions here; the band
 above allows 0.65 for a machine busier than this one): n engines on 2 cores, each
 message's own CPU time, which the model's 2 ms per message does not grow with the
-workers sharing the cores.
+workers sharing the cores. Predicted from the 2-worker run before they ran, the 3- and
+4-worker runs' figures also lose what their own runs measure and the model does not
+predict: how long the ring waits for its slowest worker, which grows with n
+(`bench/predict.py` measures both ratios over the bed's grid: docs/performance.md); the
+band allows 0.6 for the same busier machine.
 
 ## Synchronous vs asynchronous under one slow link
 
