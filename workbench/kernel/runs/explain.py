@@ -24,8 +24,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from workbench.common import costmodel, figures, strategies, validate
-from workbench.common.costmodel import Link, without_pulls
 from workbench.common import placement as placement_of
+from workbench.common.costmodel import Link, without_pulls
 from workbench.common.explanation import Explanation
 from workbench.common.placement import (  # noqa: F401 - as explain.* too (calibrate, walkthrough 12)
     DENSE_BITS, sparse_bytes, tensor_bytes, trainable_bytes, value_bytes)
