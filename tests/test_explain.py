@@ -150,6 +150,22 @@ def test_predict_answers_for_runs_not_made_and_refuses_what_it_cannot_know(runs)
         runs["untimed"].explain()
 
 
+def test_predict_says_when_a_compressed_calibrations_codec_leaves_no_compute_to_scale(runs, monkeypatch):
+    """``wb.predict`` takes a compressed calibration's codec (``costmodel.CODEC``) out of its
+    compute before scaling it; when the codec's estimate exceeds what the run computed, the
+    compute is taken as 0, and the title says so with both numbers."""
+    run = runs["mwms"]
+    real = explain.scenario
+    monkeypatch.setattr(explain, "scenario", lambda r: replace(real(r), bits=16))  # as if it had sent 16 bits
+    assert "codec" not in wb.predict(run).title  # 0.1 ns a byte: microseconds, well inside its compute
+    monkeypatch.setattr(explain, "scenario", lambda r: replace(real(r), bits=8))  # as if it had sent 8 bits
+    monkeypatch.setattr(costmodel, "CODEC", {**costmodel.CODEC, 8: (1.0, 0.0)})  # 1 s a tensor: 6 s, more than computed
+    e = wb.predict(run)
+    assert e.title.endswith("less than its 8-bit messages' codec alone (6000.00 ms, costmodel.CODEC): its compute "
+                            "is taken as 0"), e.title
+    assert e.prediction["compute_time"] == pytest.approx(6.0)  # the codec alone, at the same shape
+
+
 def test_packing_splits_the_all_reduce_into_the_packs_tfs_grouping_makes_each_with_its_latencies(cluster):
     """``bytes_per_pack`` (TF's ``CommunicationOptions``) splits the gradients' all-reduce
     into packs, one all-reduce each, each paying 2(n-1) message latencies for the same bytes.

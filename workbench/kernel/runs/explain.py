@@ -343,8 +343,9 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     # input and other (Python, dispatch: CPU too) alone, then as the new shape's workers share the cores
     crowded = max(1.0, base.compute_workers / base.cores) if base.cores else 1.0
     busy = (max(1.0, n / shared) if shared else 1.0) / crowded
-    alone = base.compute / crowded
-    alone = max(0.0, alone - costmodel.codec_time(base.model_bytes, base.bits, base.tensors, base.value_bytes))
+    codec = costmodel.codec_time(base.model_bytes, base.bits, base.tensors, base.value_bytes)
+    short = base.compute / crowded < codec  # the codec's estimate exceeds what the calibration computed
+    alone = max(0.0, base.compute / crowded - codec)
     per_worker = batch / n if spec.synchronous else batch
     base_per_worker = base.global_batch_size / base.workers if spec.synchronous else base.global_batch_size
     compute = alone * (per_worker / base_per_worker) * scale + costmodel.codec_time(size, bits, base.tensors,
@@ -405,4 +406,8 @@ def predict(calibration: Any, *, workers: int | None = None, ps: int | None = No
     cores_note = f", all sharing {shared} cores" if shared else ", each host its own cores"
     title = (f"predicted from run {calibration.id}: {s.strategy}, {n} worker(s), {k} PS, global batch {batch}, "
              f"{where}{cores_note}{_paths_note(s, alpha)}")
+    if short:
+        title += (f"; the calibration computed {base.compute / crowded * 1e3:.2f} ms a step, less than its "
+                  f"{base.bits}-bit messages' codec alone ({codec * 1e3:.2f} ms, costmodel.CODEC): its compute "
+                  "is taken as 0")
     return Explanation(table, p["why"] + ".", p, title)
