@@ -310,11 +310,12 @@ def steady_stretch(history: "object", first_step: int = 1) -> tuple[float, float
     return first, began, last, ended
 
 
-def worker_shares(history: "object", first_step: int = 1) -> dict[str, float]:
+def worker_shares(history: "object", first_step: int = 1, stretch: tuple | None = None) -> dict[str, float]:
     """{worker: its share of the rows that ended inside the stretch steps/s counts}
-    (``steady_stretch``): how a parameter server's global steps fell on its workers, each
-    row a step (a faster worker does more of them; its link carries its own steps only)."""
-    first, began, last, ended = steady_stretch(history, first_step)
+    (``steady_stretch``, or its ``stretch`` when the caller has it): how a parameter server's
+    global steps fell on its workers, each row a step (a faster worker does more of them;
+    its link carries its own steps only)."""
+    first, began, last, ended = steady_stretch(history, first_step) if stretch is None else stretch
     if "worker" not in history or not len(history):
         return {}
     h = history[(history["step"] >= first_step) & (history["time"] > began) & (history["time"] <= ended)]

@@ -109,16 +109,18 @@ class LinkSamples:
             h[f"link_util_{host}"] = np.maximum(moved["tx"], moved["rx"]) * 8 / span / rate
         return h
 
-    def over_stretch(self, history: pd.DataFrame, first_step: int = 1) -> dict[str, dict[str, float]]:
+    def over_stretch(self, history: pd.DataFrame, first_step: int = 1,
+                     stretch: tuple | None = None) -> dict[str, dict[str, float]]:
         """{host: {"tx", "rx": bytes its link's counters moved per step}} over the stretch
         ``history``'s steps/s counts (``figures.steady_stretch``): the bytes from the end of
         its first step to the end of its last, over the steps between. Asynchronous steps
         are numbered as the chief collects them, not as they ran: a host's bytes averaged
         row by row over a fast run's few 10-step calls read 0.72-1.25 of these. Hosts whose
-        samples do not cover the stretch (a live run's newest steps) are left out."""
+        samples do not cover the stretch (a live run's newest steps) are left out. ``stretch``:
+        ``steady_stretch``'s, when the caller has it."""
         import numpy as np
 
-        first, began, last, ended = steady_stretch(history, first_step)
+        first, began, last, ended = steady_stretch(history, first_step) if stretch is None else stretch
         if history.empty or not (last > first and ended > began):
             return {}
         out = {}

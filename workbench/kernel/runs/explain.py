@@ -108,13 +108,14 @@ def _parts(run: Any) -> dict[str, float] | None:
     return out
 
 
-def scenario(run: Any) -> costmodel.Scenario:
+def scenario(run: Any, parts: dict[str, float] | None = None, rate: float | None = None) -> costmodel.Scenario:
     """``run`` as the model's ``Scenario``: its compute, input, waiting and the rest measured
     (waiting counted with the rest: imbalance between workers, which the model does not
-    predict), its communication left to the model."""
+    predict), its communication left to the model. ``parts`` (``_parts``) and ``rate`` (its
+    measured steps/s): when the caller has them already (``explain``), not read again."""
     job = run.job
     spec = strategies.spec(job.strategy)
-    parts = _parts(run)
+    parts = _parts(run) if parts is None else parts
     if parts is None or not run.step:
         raise invalid("run", run.id, "a run that measured its steps' anatomy (anatomy=True, at least one step "
                       "past its first two calls)", f"Run {run.id} has {'no steps' if not run.step else 'no anatomy'}.")
@@ -130,7 +131,8 @@ def scenario(run: Any) -> costmodel.Scenario:
     # the pauses between calls (checkpoints, evaluations, the chief's dispatch) count in a
     # run's steps/s but in no step's time: measured, as the rest outside communication
     per_worker = job.workers if spec.has_ps else 1
-    rate = figures.history_figures(run.history, job.global_batch_size, job.first_step)["steps_per_s"]
+    if rate is None:
+        rate = figures.history_figures(run.history, job.global_batch_size, job.first_step)["steps_per_s"]
     pauses = max(0.0, (per_worker / rate - parts["step_time"]) / per_worker) if rate == rate and rate > 0 else 0.0
     s = costmodel.Scenario(
         strategy=job.strategy, workers=job.workers, model_bytes=model_bytes, compute=parts["compute"], hosts=hosts,
@@ -162,11 +164,11 @@ def _label_bytes(job: Any) -> float:
 
 def explain(run: Any) -> Explanation:
     """``run.explain()``: see the module's docstring."""
-    s = scenario(run)
+    # one reading of each: a live dashboard redraws this every second
+    parts, h, first_step = _parts(run), run.history, run.job.first_step
+    measured_rate = figures.history_figures(h, run.job.global_batch_size, first_step)["steps_per_s"]
+    s = scenario(run, parts, measured_rate)
     p = costmodel.predict(s)
-    parts = _parts(run)
-    h = run.history
-    measured_rate = figures.history_figures(h, run.job.global_batch_size, run.job.first_step)["steps_per_s"]
     rows = [("steps/s", p["steps_per_s"], measured_rate, "model"),
             ("step time per worker (ms)", p["step_time"] * 1e3, parts["step_time"] * 1e3, "model"),
             ("compute per step (ms)", p["compute_time"] * 1e3, parts["compute"] * 1e3,
@@ -183,10 +185,11 @@ def explain(run: Any) -> Explanation:
     if s.cuts:
         rows.append(("bytes across the cuts per step (activations, their gradients)", 2 * sum(s.cuts),
                      parts["bytes_per_step"], "model: 2 x batch x width x 4 per cut"))
-    steady = _steady(h, run.job.first_step)
+    stretch = figures.steady_stretch(h, first_step) if len(h) else None
+    steady = _steady(h, stretch)
     # each link's bytes over the stretch steps/s counts (row by row where its samples end early)
-    moved = run.links.over_stretch(h, run.job.first_step) if run.links is not None else {}
-    shares = _shares(s, h, run.job.first_step)
+    moved = run.links.over_stretch(h, first_step, stretch) if run.links is not None and stretch else {}
+    shares = _shares(s, h, first_step, stretch)
     for host, b in p["wire_bytes_per_step"].items():
         if host == "local":
             continue
@@ -235,12 +238,14 @@ def _paths_note(s: costmodel.Scenario, latency: float | None = None) -> str:
                    for known in (True, False) if known in calibrated.values())
 
 
-def _shares(s: costmodel.Scenario, h: pd.DataFrame, first_step: int) -> dict[str, tuple[float, str]]:
+def _shares(s: costmodel.Scenario, h: pd.DataFrame, first_step: int,
+            stretch: tuple | None) -> dict[str, tuple[float, str]]:
     """{host of workers only: (n x its workers' share of the steps ``h`` measured, said)} under
-    a parameter server, whose workers each move their own steps' bytes (the model's: 1/n each)."""
-    if not strategies.spec(s.strategy).has_ps:
+    a parameter server, whose workers each move their own steps' bytes (the model's: 1/n each).
+    ``stretch``: ``figures.steady_stretch``'s of ``h``."""
+    if not strategies.spec(s.strategy).has_ps or stretch is None:
         return {}
-    shares = figures.worker_shares(h, first_step)
+    shares = figures.worker_shares(h, first_step, stretch)
     out = {}
     for host in set(s.hosts.values()):
         tasks = [t for t, where in s.hosts.items() if where == host]
@@ -250,11 +255,11 @@ def _shares(s: costmodel.Scenario, h: pd.DataFrame, first_step: int) -> dict[str
     return out
 
 
-def _steady(h: pd.DataFrame, first_step: int = 1) -> pd.DataFrame:
-    """The rows of the stretch the run's steps/s counts (its attempt from ``first_step``)."""
-    if not len(h):
+def _steady(h: pd.DataFrame, stretch: tuple | None) -> pd.DataFrame:
+    """The rows of the stretch the run's steps/s counts (``figures.steady_stretch``'s ``stretch``)."""
+    if stretch is None:
         return h
-    first, _, last, _ = figures.steady_stretch(h, first_step)
+    first, _, last, _ = stretch
     return h[(h.step > first) & (h.step <= last)]
 
 
