@@ -29,6 +29,7 @@ same run. The calibration is the benchmark's own: the machine's is not written.
 """
 
 import argparse
+import contextlib
 import itertools
 import json
 import statistics
@@ -57,15 +58,24 @@ CUTS = {"narrow": (0, 0, 1), "wide": (0, 1, 1)}  # split_mlp((256, 16)): the sta
 SPLIT_BATCH = 64
 
 
-def explained(run, paths):
-    """(``run.explain()`` with ``paths``, ``wb.calibrate_links``' figures, as this machine's
-    calibration, the same with the model's built-in constants), from a home of their own."""
+@contextlib.contextmanager
+def calibrated(paths):
+    """A home of its own (``own_home``) whose calibration is ``paths``, ``wb.calibrate_links``'
+    figures for each path: what ``run.explain()`` and ``wb.predict`` read inside the block."""
     from workbench.store import calibration
 
-    with own_home():
-        constants = run.explain()
+    with own_home() as home:
         for name, figures in paths.items():
             calibration.write(name, figures)
+        yield home
+
+
+def explained(run, paths):
+    """(``run.explain()`` with ``paths`` as this machine's calibration, the same with the
+    model's built-in constants), each from a home of its own."""
+    with own_home():
+        constants = run.explain()
+    with calibrated(paths):
         return run.explain(), constants
 
 
@@ -170,16 +180,12 @@ def cross(cluster, cells, paths):
     at 2 workers, the parameter server's at 1 worker and 1 PS task, at 100 Mbit, same model
     and bits (the machinery of walkthrough 12's tables for 50 workers, tested where the bed
     can run the shape): ``cross_predicted`` and ``cross_ratio``, for the cells that have one."""
-    from workbench.store import calibration
-
     def key(c):
         return c["strategy"], c["model_bytes"], c["compression"]
 
     base = {key(c): c["run"] for c in cells if (c["strategy"], c["workers"], c["ps"], c["rate"]) in BASES}
     runs = {r.id: r for r in cluster.runs}
-    with own_home():
-        for name, figures in paths.items():
-            calibration.write(name, figures)
+    with calibrated(paths):
         for c in cells:
             if base.get(key(c)) in (None, c["run"]):
                 continue
