@@ -113,11 +113,11 @@ def per_call(run, hosts):
     return float(np.median(np.diff(steps) / seconds)), max(use)
 
 
-def allreduce(rate, steps, model=BIG, slow=None, compression=None, workers=2):
+def allreduce(rate, steps, model=BIG, slow=None, compression=None, workers=2, batch=32):
     for host in bed.hosts:
         bed.set_link(host, rate)
     run = cluster.train(model, wb.datasets.digits(), strategy="multi_worker_mirrored", workers=workers,
-                        global_batch_size=32 * workers, steps=steps, checkpoint_every=0, seed=0, dashboard=False,
+                        global_batch_size=batch * workers, steps=steps, checkpoint_every=0, seed=0, dashboard=False,
                         compression=compression)
     if slow is not None:  # one worker's host on a slow link, as soon as the tasks are placed
         bed.set_link(next(t.host for t in run.tasks if t.name == slow), "20mbit")
@@ -503,7 +503,7 @@ if bed is not None:
         timed = k == 1 or bool(options)
         run, measured = ps_run(workers=n, ps=k, ps_rate="10mbit", worker_rate="10mbit",
                                steps=40 * max(n, 2) if timed else 40, **options)
-        load[label] = dict(measured=measured, predicted=predicted(run) if timed else None)
+        load[label] = dict(measured=measured, predicted=predicted(run) if timed else None, run=run)
         print(f"{label:29s} measured {rounded(measured)}")
         print(f"{'':29s} predicted {rounded(load[label]['predicted']) if timed else '- (bytes only)'}")
 """, volatile=True),
@@ -554,6 +554,43 @@ Why such slow links: the same 2 cores run the chief, the PS tasks and 3 workers.
 An engine restarts (over SSH, several seconds) only when a run needs a different cluster
 of TF tasks than the one it holds: here at each change of the number of workers or PS
 tasks.
+"""),
+        md("""
+## A ring against one parameter server, at equal links
+
+Claims 1 and 3 together give the textbook's comparison: at equal links of B bytes/s, one
+round of n workers (each computing a batch) costs a single PS's link n x S / B each way,
+and a ring 2(n-1)/n x S / B on every link, so the ring is n^2 / (2(n-1)) times faster: x2.25
+at n = 3, x2.7 at 4. The same 153,640-byte model as the PS runs above, as a ring of 3
+workers with every link at 10 Mbit and 64 examples per worker and step, as each PS worker
+step computes: its examples/s against the 3-worker, 1-PS run's. The formula takes the PS
+link as full both ways at once; measured above, a worker pulls then pushes, and 3 workers
+fill the PS link only in part, so the ring wins by more. The cost model predicts both runs
+(each run's `run.explain()`), and the check compares the measured gain with its
+prediction; the band allows what the 3-worker PS run's own ratio allows (0.65, above).
+"""),
+        code("""
+if bed is not None:
+    ring3 = allreduce("10mbit", 60, model=small, workers=3, batch=64)
+    show("ring, 3 workers, 10 Mbit", {k: v for k, v in ring3.items() if k != "predicted"})
+""", volatile=True),
+        code("""
+if bed is not None:
+    ps3 = load["3 workers, 1 PS"]
+    # examples/s of each: steps/s as the dashboard counts them (after the first fifth), and as
+    # run.explain() predicts them; a ring step computes 3 x 64 examples, a PS step 64
+    ring_measured, ring_predicted = ring3["figure_steps_per_s"] * 3 * 64, ring3["predicted"] * 3 * 64
+    ps_predicted = ps3["predicted"]["steps_per_s"] * 64
+    ps_measured = ps3["predicted"]["ratio"] * ps_predicted
+    gain, model_gain, textbook = ring_measured / ps_measured, ring_predicted / ps_predicted, 3 ** 2 / (2 * (3 - 1))
+    print(f"examples/s, 3 workers, every link 10 Mbit: ring {ring_measured:,.0f} (predicted {ring_predicted:,.0f}), "
+          f"one PS {ps_measured:,.0f} (predicted {ps_predicted:,.0f})")
+    print(f"each ring host sends 2(n-1)/n x S, within 0.95-1.1 of it: "
+          f"{0.95 <= ring3['sent_over_model'] / (4 / 3) <= 1.1} (measured {ring3['sent_over_model'] / (4 / 3):.3f})")
+    print(f"at equal links the ring beats one PS by >= 1.5x (the textbook's n^2 / (2(n-1)) = {textbook:.2f} at n = 3): "
+          f"{gain >= 1.5} (measured x{gain:.2f})")
+    print(f"the ring's gain over one PS, measured / the cost model's, within 0.65-1.5: {0.65 <= gain / model_gain <= 1.5} "
+          f"(measured x{gain:.2f}, predicted x{model_gain:.2f}: {gain / model_gain:.2f})")
 """),
         md("""
 ## Clean up
