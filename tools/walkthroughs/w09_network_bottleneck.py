@@ -298,10 +298,10 @@ times the bytes, 0.67 of the steps/s. Here 4 engines share 2 cores, so each step
 takes twice as long at 4 workers as at 2, and the steps/s fall further: the model counts
 that, and its ratio is the one checked. The cost model's prediction is computed per run from its link rates, its
 model's bytes and the compute it measured; the measured bytes are the veths' counters.
-Measured falls below predicted as n grows (0.72-0.90 in five executions here; the band
-above allows 0.65 for a machine busier than this one): n engines on 2 cores, each
-message's own CPU time, which the model's 2 ms per message does not grow with the
-workers sharing the cores. Predicted from the 2-worker run before they ran, the 3- and
+Measured tends to fall below predicted as n grows (the ratios printed above; the band
+allows 0.65 for a machine busier than this one): n engines share 2 cores, and each
+message's own CPU time is counted by the model at its calibrated or built-in latency,
+which does not grow with the workers sharing the cores. Predicted from the 2-worker run before they ran, the 3- and
 4-worker runs' figures also lose what their own runs measure and the model does not
 predict: how long the ring waits for its slowest worker, which grows with n
 (`bench/predict.py` measures both ratios over the bed's grid: docs/performance.md); the
