@@ -160,8 +160,7 @@ is what crosses the link, counted in the next section. With a partitioner, each 
 tasks should hold 1/k of those bytes.
 
 The placement records the bytes of every variable where it lives, optimizer state
-included. Three short runs of the sharded model measure them, one per optimizer (about
-10 s each here):
+included. Three short runs of the sharded model measure them, one per optimizer (20 steps each):
 """),
         code("""
 def persistent_bytes(optimizer, momentum=0.0):
@@ -242,15 +241,14 @@ it was computed for a model two versions old. With one worker it is always 0.
 
 On this runtime most steps are fresh. The coordinator hands each worker a call of several
 steps, and TensorFlow ran the PS side of one call (its reads and its updates) mostly before
-the next one's, whichever worker it came from: measured here in a plain TensorFlow script with two
-workers each doing 20 matrix products between reading a counter on the PS and updating it,
-0 of 400 calls saw another's update, and two workers made 66 calls/s against one worker's
-55. Other updates slip in only between the steps of a call looped in a `tf.while_loop`
-(what a run under 1,000 steps does, 10 steps a call): 2-5% of the steps in earlier
-sessions, 0 to 42 of 900 in the latest runs on this loaded machine (0 once, in a full test run: whether calls overlap at all depends on how the cores are shared). Runs of
-1,000 steps or more unroll 20 steps a call, and there other updates slipped in on 0-4 of
-1,000 steps over six runs (2 or 3 workers), mostly as a whole 5-step piece of another call.
-The table counts the two-worker run's steps by staleness:
+the next one's, whichever worker it came from. (A plain TensorFlow probe, not part of this
+notebook, measured that on this machine: two workers each doing 20 matrix products between
+reading a counter on the PS and updating it; none of its calls saw another's update.) Other
+updates slip in only between the steps of a call looped in a `tf.while_loop` (what a run
+under 1,000 steps does, 10 steps a call): a few percent of the steps at most, and whether
+any at all depends on how the cores are shared (the check below allows 10%). Runs of
+1,000 steps or more unroll 20 steps a call, and there fewer slip in, mostly as a whole
+5-step piece of another call. The table counts the two-worker run's steps by staleness:
 """),
         code("""
 print(f"one worker, every step fresh: {(one.history.staleness == 0).all()} "

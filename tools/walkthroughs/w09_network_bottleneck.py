@@ -22,8 +22,9 @@ and `link_util_<host>` (the busier direction over the set rate).
 
 Only bandwidth is emulated: this kernel has no `netem`, so there is no added latency and
 no random loss. The bed needs root and Debian's `openssh-server`; without them the first
-cell says what is missing and the rest is skipped. Every number below is a ratio or a
-band measured in this run, not a time on some other machine.
+cell says what is missing and the rest is skipped. Every check below is a ratio or a band
+measured in this run, not a time on some other machine; the few numbers the text quotes
+from elsewhere say where they were measured (an earlier execution, a test, a benchmark).
 """),
         code("""
 import warnings
@@ -548,7 +549,8 @@ fifth of steps: `run.explain()`'s own ratio); the other figures here count from 
 a run's first step to its last (the chief's order of collection, above), the bytes from
 the PS hosts' link counters over the same seconds.
 Why such slow links: the same 2 cores run the chief, the PS tasks and 3 workers. With
-20/40 Mbit links they, not the links, held 3 workers to ~27 steps/s of this model; at
+20/40 Mbit links they, not the links, held 3 workers to ~27 steps/s of this model (an
+earlier execution of this notebook); at
 10 Mbit the links allow at most ~8 steps/s through one PS and ~16 through two.
 
 An engine restarts (over SSH, several seconds) only when a run needs a different cluster
