@@ -120,8 +120,9 @@ for _, row in ps_trace.iterrows():
 """),
         md("""
 Then an MWMS run, where every worker runs its steps in its own training task. TF's profiler
-has a bug of its own here: now and then (about 1 trace in 27 on this machine, always the
-non-chief worker) the process crashes as the trace stops. The run then fails with
+has a bug of its own here: now and then (about 1 trace in 27 on this machine, counted over
+repeated traces outside this notebook; always the non-chief worker) the process crashes as
+the trace stops. The run then fails with
 `wb.ProfilerCrashed`, which says so; `resume()` continues the run and the cell traces it again.
 """),
         code("""
