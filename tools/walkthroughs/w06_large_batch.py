@@ -106,6 +106,22 @@ print(f"unchanged rate loses > 0.1 at 256: {bool(loss > 0.1)} (measured: loses {
 broken = runs[(runs["global batch"] == 1024) & (runs.policy != "same rate")].test
 print(f"the rule breaks at 1024, with or without warm-up: every seed < 0.5: {bool((broken < 0.5).all())} "
       f"(measured best {broken.max():.3f})")
+
+import matplotlib.pyplot as plt
+
+fig, ax = plt.subplots(figsize=(7, 3.2))
+colors = {"same rate": "#888", "linear rule": "#2471a3", "linear rule + warm-up": "#c0392b"}
+for i, (name, color) in enumerate(colors.items()):
+    cell = runs[runs.policy == name]
+    shift = 1 + 0.06 * (i - 1)  # side by side at each batch
+    ax.plot(table.index * shift, table[name], "-", color=color, label=f"{name} (mean of 3 seeds)")
+    ax.plot(cell["global batch"] * shift, cell.test, "o", color=color, ms=4, alpha=0.6)
+ax.axhline(table.loc[16, "same rate"], color="#555", ls=":", lw=1)
+ax.set(xscale="log", xticks=list(table.index), xticklabels=[str(b) for b in table.index], xlabel="global batch",
+       ylabel="test accuracy (measured)", title="30 epochs at every batch: each seed a point")
+ax.legend(fontsize=8, loc="lower left")
+fig.tight_layout()
+plt.show()
 """),
         md("""
 ### The generalization gap
