@@ -216,6 +216,21 @@ if bed is not None:
     stage = next((t.name for t in wide["run"].tasks if t.host == host), host)  # hosts are named at random
     print(f"run.explain() names a stage's link the wide cut's bottleneck: {kind == 'network' and host in wide['stage_hosts']} "
           f"({kind}: the link of {stage if host not in wide['stage_hosts'] else 'a stage'})")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 2.8))
+    x = np.arange(2)
+    left.bar(x - 0.2, [cuts[c]["one_way"] / 1e3 for c in CUT], 0.4, color="#bbb", label="predicted: batch x width x 4")
+    left.bar(x + 0.2, [cuts[c]["sent"] / 1e3 for c in CUT], 0.4, color="#2471a3", label="measured: a stage host's link")
+    left.set(xticks=x, xticklabels=[f"{c} cut ({cuts[c]['width']} wide)" for c in CUT], ylabel="KB sent per step",
+             title="bytes across the cut")
+    right.bar(x - 0.2, [cuts[c]["predicted"] for c in CUT], 0.4, color="#bbb", label="predicted (run.explain())")
+    right.bar(x + 0.2, [cuts[c]["steps_per_s"] for c in CUT], 0.4, color="#2471a3", label="measured")
+    right.set(xticks=x, xticklabels=[f"{c} cut" for c in CUT], ylabel="steps/s", title="20 Mbit links: steps/s")
+    for ax in (left, right):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    plt.show()
 """),
         md("""
 - **The wide cut is what floods.** Each of its steps moves 64 x 256 x 4 = 65,536 bytes of
@@ -240,7 +255,9 @@ if bed is not None:
   it assumes per message, TensorFlow's collectives' 2 ms: too much for a `RecvTensor` on
   the bed (a 1-byte TCP message between its hosts takes about 0.2 ms, `bench/README.md`;
   the request's own cost is not measured apart). Its measured / predicted is printed
-  above, not claimed.
+  above and drawn on the right, not claimed: on a machine with cores to spare it runs
+  well ahead of the prediction. `wb.calibrate_links(cluster)` measures this machine's
+  latency for the model (walkthrough 12 uses it).
 - **The narrow cut's links are busy too:** it sends a fraction of the wide cut's bytes a
   step but makes many times its steps, and requests and headers are a large share of what
   it sends; its link use is printed above.

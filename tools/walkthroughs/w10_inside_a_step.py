@@ -178,6 +178,20 @@ base = comp[None].evaluation["test_accuracy"]
 for k in kinds[1:]:
     acc = comp[k].evaluation["test_accuracy"]
     print(f"{k}: test accuracy within 0.02 of 32-bit: {abs(acc - base) <= 0.02} (measured {acc:.3f} vs {base:.3f})")
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+predicted = {"float32": full, "fp16": full / 2, "bf16": full / 2, "int8": quarter + 4 * tensors}
+measured = {name: comp[k].history.comm_bytes.iloc[-1] for name, k in zip(predicted, kinds)}
+fig, ax = plt.subplots(figsize=(7, 2.6))
+x = np.arange(len(predicted))
+ax.bar(x - 0.2, [v / 1e3 for v in predicted.values()], 0.4, color="#bbb", label="predicted: S x bits / 32 (+ int8's scales)")
+ax.bar(x + 0.2, [v / 1e3 for v in measured.values()], 0.4, color="#2471a3", label="measured: bytes handed to the all-reduce")
+ax.set(xticks=x, xticklabels=list(predicted), ylabel="KB per step", title="one step's gradients on the wire, by width")
+ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
 """),
         code("""
 wb.compare(*comp.values(), labels=["float32", "fp16", "bf16", "int8"])
