@@ -190,6 +190,24 @@ print(f"each delay's largest learning rate within a factor 2 of the prediction (
 shrink = largest[0] / largest[15]
 print(f"from delay 0 to delay 15 the largest learning rate shrinks at least 8x: {shrink >= 8} "
       f"(measured x{shrink:.0f}; predicted x{1 / costmodel.stale_rate(15):.0f})")
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+fig, ax = plt.subplots(figsize=(7, 3))
+ks = np.arange(0, max(DELAYS) + 1)
+ax.plot(ks, [largest[0] * costmodel.stale_rate(k) for k in ks], "-", color="#888",
+        label="predicted: delay 0's rate x sin(π/(4k+2))")
+for k, tried in scans.items():  # every rate tried: learned (filled) or not (open)
+    for rate, loss in tried:
+        ax.plot(k, rate, "o", color="#2471a3" if loss < 2.0 else "#c0392b", mfc="#2471a3" if loss < 2.0 else "none", ms=5)
+ax.plot([], [], "o", color="#2471a3", label="a rate tried: learned")
+ax.plot([], [], "o", color="#c0392b", mfc="none", label="a rate tried: did not learn")
+ax.set(xlabel="gradient delay k", ylabel="learning rate", yscale="log",
+       title="the largest rate that still learns, against the delay's stability bound")
+ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
 """),
         md("""
 **What it means.** Staleness is harmless while the learning rate sits well below what the

@@ -541,6 +541,28 @@ if bed is not None:
     print(f"2 PS, sharded: the busier PS link carries 40-60% of the bytes: {0.4 <= share <= 0.6} (measured {share:.0%})")
     print(f"sharded over 2 PS hosts, 3 workers make >= 1.2x the steps/s of 1 PS: {faster >= 1.2} "
           f"(measured x{faster:.2f}, predicted x{sharded['predicted']['steps_per_s'] / three['predicted']['steps_per_s']:.2f})")
+    # steps/s as the dashboard counts them (run.explain()'s measured) beside its prediction
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3))
+    ns = [1, 2, 3]
+    left.plot(ns, [r["predicted"]["steps_per_s"] for r in (one, two, three)], "s--", mfc="none", color="#555",
+              label="1 PS: predicted (run.explain())")
+    left.plot(ns, [r["predicted"]["steps_per_s"] * r["predicted"]["ratio"] for r in (one, two, three)], "o-",
+              color="#c30", label="1 PS: measured")
+    left.plot([3], [sharded["predicted"]["steps_per_s"]], "s", mfc="none", color="#2471a3", label="2 PS, sharded: predicted")
+    left.plot([3], [sharded["predicted"]["steps_per_s"] * sharded["predicted"]["ratio"]], "o", color="#2471a3",
+              label="2 PS, sharded: measured")
+    left.axhline(1.25e6 / S, color="#888", ls=":", lw=1)
+    left.text(1.05, 1.25e6 / S * 1.02, "one 10 Mbit PS link's S each way", fontsize=7, color="#555")
+    left.set(xticks=ns, xlabel="workers", ylabel="steps/s", ylim=(0, None), title="10 Mbit links: a PS link fills up")
+    right.bar([0, 1], [r["measured"]["ps_util"][0] for r in (one, three)], 0.4,
+              color="#c30", label="measured")
+    right.bar([0.4, 1.4], [r["predicted"]["ps_util"][0] for r in (one, three)], 0.4, color="#bbb", label="predicted")
+    right.set(xticks=[0.2, 1.2], xticklabels=["1 worker", "3 workers"], ylabel="PS link use (busier way)",
+              ylim=(0, 1), title="the PS link's use")
+    for ax in (left, right):
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    plt.show()
 """),
         md("""
 The predictions above take each run's own compute and link rates. Measured/predicted
@@ -593,6 +615,15 @@ if bed is not None:
           f"{gain >= 1.5} (measured x{gain:.2f})")
     print(f"the ring's gain over one PS, measured / the cost model's, within 0.65-1.5: {0.65 <= gain / model_gain <= 1.5} "
           f"(measured x{gain:.2f}, predicted x{model_gain:.2f}: {gain / model_gain:.2f})")
+    fig, ax = plt.subplots(figsize=(6, 2.8))
+    ax.bar([0, 1], [ps_predicted, ring_predicted], 0.4, color="#bbb", label="predicted (run.explain())")
+    ax.bar([0.4, 1.4], [ps_measured, ring_measured], 0.4, color="#c30", label="measured")
+    ax.plot([1.2], [ps_measured * textbook], "k_", ms=30, label=f"one PS measured x {textbook:.2f} (the textbook's gain)")
+    ax.set(xticks=[0.2, 1.2], xticklabels=["3 workers, one PS", "3 workers, a ring"], ylabel="examples/s",
+           title="every link 10 Mbit, 64 examples a worker step")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    plt.show()
 """),
         md("""
 ## Clean up
