@@ -607,8 +607,8 @@ if bed is not None:
     ps_predicted = ps3["predicted"]["steps_per_s"] * 64
     ps_measured = ps3["predicted"]["ratio"] * ps_predicted
     gain, model_gain, textbook = ring_measured / ps_measured, ring_predicted / ps_predicted, 3 ** 2 / (2 * (3 - 1))
-    print(f"examples/s, 3 workers, every link 10 Mbit: ring {ring_measured:,.0f} (predicted {ring_predicted:,.0f}), "
-          f"one PS {ps_measured:,.0f} (predicted {ps_predicted:,.0f})")
+    print(f"3 workers, every link 10 Mbit: ring {ring_measured:,.0f} examples/s (predicted {ring_predicted:,.0f} "
+          f"examples/s), one PS {ps_measured:,.0f} examples/s (predicted {ps_predicted:,.0f} examples/s)")
     print(f"each ring host sends 2(n-1)/n x S, within 0.95-1.1 of it: "
           f"{0.95 <= ring3['sent_over_model'] / (4 / 3) <= 1.1} (measured {ring3['sent_over_model'] / (4 / 3):.3f})")
     print(f"at equal links the ring beats one PS by >= 1.5x (the textbook's n^2 / (2(n-1)) = {textbook:.2f} at n = 3): "
