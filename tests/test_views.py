@@ -94,3 +94,30 @@ def test_tick_labels_keep_the_decimals_their_ticks_need():
     throughput = bq.Axis(scale=bq.LinearScale(), tick_format=render.THROUGHPUT_FORMAT)
     render.set_ticks(throughput, 0.0, 30000.0)
     assert throughput.tick_format == render.THROUGHPUT_FORMAT  # its own format is kept
+
+
+def test_predicted_vs_measured_draws_each_pair_and_its_ratio_and_names_bad_input():
+    """wb.predicted_vs_measured: a grey predicted bar beside each measured one (scaled as
+    asked), measured / predicted above each measured bar from the values themselves, no
+    bar where nothing was measured; bad input names its argument and entry."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import workbench as wb
+
+    ax = wb.predicted_vs_measured(["fp32", "fp16", "int8"], [400e3, 200e3, 110e3], [404e3, None, 99e3], scale=1e3,
+                                  ylabel="KB per step")
+    predicted, measured = ax.containers
+    assert [round(b.get_height(), 6) for b in predicted] == [400, 200, 110]
+    assert [round(b.get_height(), 6) for b in measured] == [404, 99]
+    assert [t.get_text() for t in ax.texts] == ["1.01", "0.90"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["fp32", "fp16", "int8"]
+    matplotlib.pyplot.close(ax.figure)
+    with pytest.raises(wb.ConfigError, match=r"'predicted'.*2 values, one per label \(3 given\)"):
+        wb.predicted_vs_measured(["a", "b"], [1, 2, 3], [1, 2])
+    with pytest.raises(wb.ConfigError, match=r"'measured'.*entry 1, for 'b', is 'x'"):
+        wb.predicted_vs_measured(["a", "b"], [1, 2], [1, "x"])
+    with pytest.raises(wb.ConfigError, match=r"'labels'.*Received: labels='ab'"):
+        wb.predicted_vs_measured("ab", [1, 2], [1, 2])
+    with pytest.raises(wb.ConfigError, match=r"'scale'.*Received: scale=0"):
+        wb.predicted_vs_measured(["a"], [1], [1], scale=0)

@@ -28,6 +28,7 @@ _HOMES = {
     "calibrate_links": "workbench.kernel.testbed.calibrate",
     "testbed": "workbench.kernel.testbed.bed",
     "within": "workbench.testing",
+    "predicted_vs_measured": "workbench.kernel.views.bars",
     "datasets": "workbench.datasets",
     "models": "workbench.models",
     "WorkbenchError": "workbench.errors",

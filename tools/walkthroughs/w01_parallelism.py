@@ -218,18 +218,14 @@ if bed is not None:
           f"({kind}: the link of {stage if host not in wide['stage_hosts'] else 'a stage'})")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 2.8))
-    x = np.arange(2)
-    left.bar(x - 0.2, [cuts[c]["one_way"] / 1e3 for c in CUT], 0.4, color="#bbb", label="predicted: batch x width x 4")
-    left.bar(x + 0.2, [cuts[c]["sent"] / 1e3 for c in CUT], 0.4, color="#2471a3", label="measured: a stage host's link")
-    left.set(xticks=x, xticklabels=[f"{c} cut ({cuts[c]['width']} wide)" for c in CUT], ylabel="KB sent per step",
-             title="bytes across the cut")
-    right.bar(x - 0.2, [cuts[c]["predicted"] for c in CUT], 0.4, color="#bbb", label="predicted (run.explain())")
-    right.bar(x + 0.2, [cuts[c]["steps_per_s"] for c in CUT], 0.4, color="#2471a3", label="measured")
-    right.set(xticks=x, xticklabels=[f"{c} cut" for c in CUT], ylabel="steps/s", title="20 Mbit links: steps/s")
-    for ax in (left, right):
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    wb.predicted_vs_measured([f"{c} cut ({cuts[c]['width']} wide)" for c in CUT], [cuts[c]["one_way"] for c in CUT],
+                             [cuts[c]["sent"] for c in CUT], ax=left, scale=1e3, ylabel="KB sent per step",
+                             title="bytes across the cut", predicted_label="predicted: batch x width x 4",
+                             measured_label="measured: a stage host's link")
+    wb.predicted_vs_measured([f"{c} cut" for c in CUT], [cuts[c]["predicted"] for c in CUT],
+                             [cuts[c]["steps_per_s"] for c in CUT], ax=right, ylabel="steps/s",
+                             title="20 Mbit links: steps/s", predicted_label="predicted (run.explain())")
     plt.show()
 """),
         md("""

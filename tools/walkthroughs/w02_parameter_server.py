@@ -190,14 +190,14 @@ import numpy as np
 for label, row in memory.iterrows():
     print(wb.within(row["measured / predicted"], 0.99, 1.01, f"{label}: bytes per parameter held, measured / predicted"))
     print(wb.within(row["largest PS task's share (predicted 1/2)"], 0.45, 0.55, f"{label}: the largest PS task's share"))
-fig, ax = plt.subplots(figsize=(7, 2.8))
+fig, ax = plt.subplots(figsize=(7, 3.2))
 x = np.arange(len(memory))
-ax.bar(x - 0.2, memory["predicted on the PS tasks"], 0.4, color="#bbb", label="predicted: 4 + the optimizer's state")
-ax.bar(x + 0.2, memory["measured on the PS tasks"], 0.4, color="#2471a3", label="measured: the placement's bytes")
-ax.plot(x, memory["references' bytes/param (+ gradient)"], "k_", ms=40, label="the references' count, with the gradient's 4")
-ax.set(xticks=x, xticklabels=memory.index, ylabel="bytes per parameter", title="what the PS tasks hold, per parameter")
-ax.legend(fontsize=8, loc="upper left")
-fig.tight_layout()
+ax.hlines(memory["references' bytes/param (+ gradient)"], x - 0.4, x + 0.4, color="k",
+          label="the references' count, with the gradient's 4")
+wb.predicted_vs_measured(memory.index, memory["predicted on the PS tasks"], memory["measured on the PS tasks"], ax=ax,
+                         ylabel="bytes per parameter", title="what the PS tasks hold, per parameter",
+                         predicted_label="predicted: 4 + the optimizer's state",
+                         measured_label="measured: the placement's bytes")
 plt.show()
 """),
         md("""

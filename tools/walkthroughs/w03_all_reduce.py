@@ -108,9 +108,29 @@ rows = []
 for workers in (2, 4, 8, 16, 64):
     ring = 2 * 2 * (workers - 1) / workers * size  # sent + received by each worker
     ps = 2 * workers * size                          # received + sent by the PS task
-    rows.append({"workers": workers, "ring: bytes in+out, any link": round(ring),
-                 "one PS: bytes in+out, PS link": ps, "PS / ring": round(ps / ring, 1)})
+    rows.append({"workers": workers, "ring, predicted: bytes in+out, any link": round(ring),
+                 "one PS, predicted: bytes in+out, PS link": ps, "PS / ring": round(ps / ring, 1)})
 pd.DataFrame(rows).set_index("workers")
+"""),
+        md("""
+The same formulas as lines, in units of the gradient's size S, beside the one point this
+notebook measured: 2 workers, whose links each carried what both sent per step above (a
+worker sends half of it and receives the other half). Walkthrough 09 measures the ring at
+3 and 4 workers and a parameter server's link at 1-3 workers, on emulated hosts.
+"""),
+        code("""
+import matplotlib.pyplot as plt
+import numpy as np
+
+ns = np.arange(2, 17)
+fig, ax = plt.subplots(figsize=(7, 3.4))
+ax.plot(ns, 2 * 2 * (ns - 1) / ns, color="#2471a3", label="ring, predicted: 4 (n-1)/n x S on every link")
+ax.plot(ns, 2 * ns, color="#888", label="one PS, predicted: 2 n x S on the PS link")
+ax.plot([n], [measured / size], "o", color="#c30", label="ring, measured here: a worker's bytes in+out / S")
+ax.set(xlabel="workers n", ylabel="bytes in+out per step / S", ylim=(0, None), title="the busiest link's load per step")
+ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # under the chart
+fig.tight_layout()
+plt.show()
 """),
         md("""
 So the ring's time per step stays nearly flat as workers are added (`2 S / bandwidth`,

@@ -180,17 +180,13 @@ for k in kinds[1:]:
     print(f"{k}: test accuracy within 0.02 of 32-bit: {abs(acc - base) <= 0.02} (measured {acc:.3f} vs {base:.3f})")
 
 import matplotlib.pyplot as plt
-import numpy as np
 
 predicted = {"float32": full, "fp16": full / 2, "bf16": full / 2, "int8": quarter + 4 * tensors}
 measured = {name: comp[k].history.comm_bytes.iloc[-1] for name, k in zip(predicted, kinds)}
-fig, ax = plt.subplots(figsize=(7, 2.6))
-x = np.arange(len(predicted))
-ax.bar(x - 0.2, [v / 1e3 for v in predicted.values()], 0.4, color="#bbb", label="predicted: S x bits / 32 (+ int8's scales)")
-ax.bar(x + 0.2, [v / 1e3 for v in measured.values()], 0.4, color="#2471a3", label="measured: bytes handed to the all-reduce")
-ax.set(xticks=x, xticklabels=list(predicted), ylabel="KB per step", title="one step's gradients on the wire, by width")
-ax.legend(fontsize=8)
-fig.tight_layout()
+wb.predicted_vs_measured(list(predicted), list(predicted.values()), list(measured.values()), scale=1e3,
+                         ylabel="KB per step", title="one step's gradients on the wire, by width",
+                         predicted_label="predicted: S x bits / 32 (+ int8's scales)",
+                         measured_label="measured: bytes handed to the all-reduce")
 plt.show()
 """),
         code("""
@@ -204,6 +200,90 @@ comparison's steps/s above, one run each: they move from execution to execution)
 itself is the cost, fewer bytes move faster: `bench/anatomy.py` measures each precision's
 useful gradient bytes per second of all-reduce against 32 bits on the same engines
 (`docs/performance.md` has the numbers).
+"""),
+        md("""
+## Speed up one worker first: overlap its input
+
+Before adding workers, make each one fast: a slow worker scaled out multiplies the waste.
+The anatomy is the profile that says where to start. Here one process (`strategy="single"`)
+reads batches from a `dataset_fn` whose augmentation costs about as much as the step's
+compute (a little noise made by a chain of small matrix products per batch). Read
+synchronously, the step waits for it: **input + compute**. With `Dataset.prefetch`, a
+background thread makes the next batch while the step computes; perfect overlap leaves
+**max(input, compute)**, the formula the references give for overlapping communication
+with compute (claim 7 in `docs/teaching.md`). Overlap needs something to run on: the prefetch
+thread takes a core the step's own ops would use, so on 2 shared cores the measured step
+falls somewhere between the two predictions, and the share of the possible saving it
+achieves is printed beside them.
+"""),
+        code("""
+import numpy as np
+
+x, y = digits.x_train.astype("float32"), digits.y_train
+
+def pipeline(prefetch, work=16):
+    def dataset_fn(input_context):
+        import tensorflow as tf
+
+        mix = tf.constant(np.random.RandomState(0).normal(size=(64, 64)).astype("float32") / 8)
+
+        def augment(xb, yb):  # costly augmentation: a little structured noise for each batch
+            noise = xb
+            for _ in range(work):
+                noise = tf.tanh(noise @ mix)
+            return xb + 0.01 * noise, yb
+
+        batch = input_context.get_per_replica_batch_size(128)
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=0).repeat()
+        ds = ds.batch(batch, drop_remainder=True).map(augment)
+        return ds.prefetch(2) if prefetch else ds
+    return dataset_fn
+
+one = dict(strategy="single", global_batch_size=128, steps=400, learning_rate=0.1, seed=0, checkpoint_every=0,
+           dashboard=False)
+feeds = {prefetch: cluster.train(wb.models.mlp((256, 256)), pipeline(prefetch), **one).wait()
+         for prefetch in (False, True)}
+per_step = {p: r.anatomy().iloc[0] for p, r in feeds.items()}
+for p, a in per_step.items():
+    print(f"prefetch={p}: step {a.step_time * 1e3:.2f} ms = input {a.input * a.step_time * 1e3:.2f} + compute "
+          f"{a.compute * a.step_time * 1e3:.2f} + other {(1 - a.input - a.compute) * a.step_time * 1e3:.2f} ms")
+""", volatile=True),
+        code("""
+import matplotlib.pyplot as plt
+
+a = per_step[False]
+t_in, t_comp, t_rest = a.input * a.step_time, a.compute * a.step_time, (1 - a.input - a.compute) * a.step_time
+none, perfect = t_in + t_comp + t_rest, max(t_in, t_comp) + t_rest  # predicted from the run without prefetch
+measured = per_step[True].step_time
+achieved = (none - measured) / (none - perfect)
+print(f"the prefetched step lies between perfect overlap and none, max(input, compute) and their sum (+ the rest), "
+      f"within 10%: {0.9 * perfect <= measured <= 1.1 * none} (measured {measured * 1e3:.2f} ms, predicted "
+      f"{perfect * 1e3:.2f}-{none * 1e3:.2f} ms: {achieved:.0%} of the possible saving, x{none / measured:.2f} "
+      f"the steps/s)")
+wait = per_step[True].input * per_step[True].step_time / t_in
+print(f"prefetch hides at least a third of the step's wait for its batch: {wait <= 0.67} "
+      f"(measured {wait:.2f} of the wait without it)")
+
+fig, ax = plt.subplots(figsize=(7, 3))
+rows = [("read synchronously, measured", per_step[False]), ("prefetched, measured", per_step[True])]
+for i, (label, r) in enumerate(rows):
+    parts = [r.input * r.step_time, r.compute * r.step_time, (1 - r.input - r.compute) * r.step_time]
+    left = 0.0
+    for part, color, name in zip(parts, ("#e67e22", "#2471a3", "#bbb"), ("input", "compute", "other")):
+        ax.barh(i, part * 1e3, left=left * 1e3, color=color, label=name if i == 0 else None)
+        left += part
+ax.axvline(perfect * 1e3, color="k", ls=":", label="predicted, perfect overlap")
+ax.axvline(none * 1e3, color="k", ls="--", label="predicted, no overlap")
+ax.set(yticks=[0, 1], yticklabels=[label for label, _ in rows], xlabel="ms per step", title="one worker's step")
+ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.42))  # under the chart
+fig.tight_layout()
+plt.show()
+"""),
+        md("""
+The same formula, max against sum, decides whether a step's all-reduce costs anything: an
+all-reduce that overlapped the backward pass would cost only what sticks out of it. TF's
+collectives here start after the whole backward pass (the anatomy's communication follows
+compute), so every byte's time adds to the step: walkthroughs 09 and 12 measure it.
 """),
         code("""
 cluster.stop()

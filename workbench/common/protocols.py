@@ -101,6 +101,7 @@ class CheckpointEvent(_Event):
     kind: Literal["checkpoint"]
     step: int
     model_steps: NotRequired[int]  # parameter-server runs: the model's own step counter
+    seconds: NotRequired[float]  # the chief's time to write it (and send it, from an unshared host)
 
 
 class EvalEvent(_Event):

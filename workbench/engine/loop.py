@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -180,15 +181,16 @@ def save(t: Training, done: int, **info: Any) -> None:
     lost later loses only the steps since. The rows up to ``done`` reach the metrics file
     first: a process killed between the two left a checkpoint at step 400 and rows only to
     394 (they waited in the file's buffer), steps a resume from that checkpoint would never
-    report."""
+    report. The event carries the seconds the chief took to write (and send) it."""
     t.pub.flush(force=True)
+    started = time.monotonic()
     t.manager.save(checkpoint_number=done, options=_io_options(t.job))
     if t.ctx.is_chief and t.ctx.task.host in t.job.unshared_hosts:
         t.board.flush()
         run_dir = RunDir(t.job.run_dir)
         t.pub.send_files(done, rundir.read_files(str(run_dir.path), run_dir.checkpoint_parts(done)))
     if t.ctx.is_chief:
-        t.pub.event("checkpoint", step=done, **info)
+        t.pub.event("checkpoint", step=done, seconds=time.monotonic() - started, **info)
 
 
 def finish(t: Training, done: int, stopped: bool, **checkpoint_info: Any) -> TaskResult:
