@@ -195,6 +195,26 @@ def test_a_parameter_servers_link_carries_n_times_a_workers_and_flattens_the_rat
     assert fast["steps_per_s"] == pytest.approx(B / MB / 2) and fast["link_util"]["p0"] == pytest.approx(0.25)
 
 
+def test_asynchronous_workers_each_step_at_their_own_pace_a_slow_link_slows_only_its_worker():
+    """09's straggler: worker:1 on a 20 Mbit link beside worker:0 and the PS at 1 Gbit. A
+    parameter-server run's workers do not wait for one another: the rate is the sum of each
+    worker's pace (it once was 2 / the slow worker's step time: 09's run read 2.46x that),
+    each link carries its worker's share of the global steps, the PS link all of them."""
+    hosts = {"chief:0": "h0", "ps:0": "p0", "worker:0": "w0", "worker:1": "w1"}
+    nets = {**links("h0", "p0", "w0", rate=10**9), **links("w1", rate=20 * 10**6)}
+    p = cm.predict(cm.Scenario("parameter_server", 2, MB, 0.005, hosts, nets, ps=1))
+    fast, slow = (0.005 + 2 * MB / (r / 8 * 0.95) + 2 * 5e-4 for r in (10**9, 20 * 10**6))
+    assert p["steps_per_s"] == pytest.approx(1 / fast + 1 / slow)
+    assert p["step_time"] == pytest.approx(2 / (1 / fast + 1 / slow))  # the mean over steps
+    share = (1 / slow) / (1 / fast + 1 / slow)
+    assert p["bytes_per_step"]["w1"]["rx"] == pytest.approx(MB * share)
+    assert p["bytes_per_step"]["w0"]["rx"] == pytest.approx(MB * (1 - share))
+    assert p["bytes_per_step"]["p0"]["tx"] == pytest.approx(MB)
+    assert p["link_util"]["w1"] == pytest.approx(p["steps_per_s"] * share * MB / (20e6 / 8 * 0.95))
+    even = cm.predict(cm.Scenario("parameter_server", 2, MB, 0.005, hosts, links(*set(hosts.values())), ps=1))
+    assert even["steps_per_s"] == pytest.approx(2 / (0.005 + 2 * MB / (B100 * 0.95) + 2 * 5e-4))  # equal: n / t
+
+
 def test_each_variable_a_parameter_server_holds_adds_its_request_and_headers_to_its_link():
     """Measured on the bed: a PS task costs a worker step bytes beyond its values, each way:
     ``PS_TASK_BYTES``, ``PS_VARIABLE_BYTES`` a variable, and a call of ``steps_per_call``

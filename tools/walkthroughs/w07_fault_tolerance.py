@@ -162,6 +162,7 @@ is assumed: a machine that fails once a day.
 """),
         code("""
 import pandas as pd
+from workbench.common.formulas import young_daly
 
 def pace(history):  # steps/s of a synchronous attempt: its steps after the first, over their seconds
     ends = history.groupby("step").time.max().sort_index()
@@ -180,7 +181,7 @@ print(f"the failure's cost (measured {seconds:.1f} s to raise, {restart:.1f} s t
 writes = pd.concat([first_events, resumed.events])
 w = float(writes[writes.kind == "checkpoint"].seconds.median())
 mtbf = 24 * 3600.0  # assumed: a machine that fails once a day
-tau = (2 * w * mtbf) ** 0.5
+tau = young_daly(w, mtbf)  # sqrt(2 w M), the workbench's formula (workbench/common/formulas.py)
 print(f"Young's interval sqrt(2 w M) for M = 1 day, predicted from the write time measured here "
       f"(measured w {w * 1e3:.0f} ms: a checkpoint every {tau:.0f} s, {tau * pace(first):,.0f} steps at this run's "
       f"pace, the writes then {w / tau:.2%} of the time)")

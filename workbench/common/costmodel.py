@@ -24,8 +24,9 @@ from dataclasses import replace
 from typing import Any
 
 from workbench.common import strategies
-from workbench.common.formulas import (  # noqa: F401 - claims 9, 11, 12, as costmodel.* too
-    OPTIMIZER_BYTES, async_staleness, memory_per_parameter, stale_rate, young_daly)
+from workbench.common.formulas import (  # noqa: F401 - claims 2-4, 9, 11, 12, as costmodel.* too
+    OPTIMIZER_BYTES, async_staleness, memory_per_parameter, naive_ring_bytes, naive_ring_time, ps_round_time,
+    ring_over_ps, stale_rate, young_daly)
 from workbench.common.scenario import Link, Scenario  # noqa: F401 - what predict() takes, as costmodel.* too
 
 # -- bytes ------------------------------------------------------------------------------------
@@ -54,12 +55,6 @@ def gather_bytes(S: float, n: int) -> float:
     """Bytes each rank receives (and sends, around a ring) in an all-gather of S bytes from
     every rank: (n-1) x S. The workbench's 8-bit messages are gathered, not summed (a sum
     of int8 overflows): at n = 2 the same bytes as an all-reduce of S, n/2 times more beyond."""
-    return (n - 1) * S
-
-
-def naive_ring_bytes(S: float, n: int) -> float:
-    """A ring that forwards whole tensors: (n-1) x S per rank, n/2 times the reduce-scatter
-    + all-gather ring (claim 2: CS336 assignment 2)."""
     return (n - 1) * S
 
 
@@ -102,24 +97,6 @@ def packs(sizes: list[float], bytes_per_pack: int) -> int:
         count, held = (count + 1, 0.0) if held > bytes_per_pack else (count, held)
         held += size
     return count
-
-
-def naive_ring_time(S: float, n: int, B: float) -> float:
-    """The naive ring (claim 2): (n-1) x S / B."""
-    return (n - 1) * S / B
-
-
-def ps_round_time(M: float, n: int, k: int, B: float) -> float:
-    """One synchronous round of n workers on k PS tasks of equal links, M bytes each way per
-    worker: a worker's link moves M, each PS link n M / k: max(M/B, n M / (k B)) (claim 3:
-    d2l, BytePS)."""
-    return max(M / B, n * M / (k * B))
-
-
-def ring_over_ps(n: int) -> float:
-    """How much faster a ring all-reduce is than one PS at equal links: n^2 / (2(n-1))
-    (claim 4; x2.7 at n = 4)."""
-    return n * n / (2 * (n - 1))
 
 
 def overlapped(compute: float, comm: float, overlap: float = 0.0) -> float:
@@ -302,7 +279,8 @@ def predict(s: Scenario) -> dict[str, Any]:
     "wait_time", "input_time", "other_time", "cpu_wait", "bytes_per_step" (each host's
     link: {"tx", "rx"} payload bytes per global step), "wire_bytes_per_step" (the same as
     its counters read them: ``wire_bytes``), "link_util" ({host: share of its rate used
-    while training}), "ps_load" ({PS task: payload bytes/s its workers pull}),
+    while training}), "ps_load" ({PS task: payload bytes/s its workers pull}), "worker_shares"
+    (a parameter server's: {worker: its share of the global steps}),
     "link_time", "latency_time" (a step's seconds on links, of them latency), "bottleneck",
     "why"}.
 
@@ -314,8 +292,9 @@ def predict(s: Scenario) -> dict[str, Any]:
     each way on its link, a share of both on each PS task's, + ``PS_TASK_BYTES`` a task,
     ``PS_VARIABLE_BYTES`` a variable, and a call's; an embedding's table pulled whole, its rows pushed:
     ``ps_sparse``), the pull, then the push, one after the other (not at once, as
-    claim 3 takes them); the global rate is the lesser of n / (one worker's step
-    time) and each link's bytes/s over the bytes it must move per global step. Every
+    claim 3 takes them); the global rate is the lesser of the workers' paces summed (each
+    steps at its own: asynchronous) and each link's bytes/s over the bytes it must move
+    per global step. Every
     transfer's bytes also pay their ends' CPU (``seconds``). A split model (``cuts``): step
     time = input + every stage's compute + each cut's transfers forward and back, one after
     the other (``_cuts_step``); no overlap (the workbench runs no pipeline of micro-batches)."""
@@ -324,7 +303,7 @@ def predict(s: Scenario) -> dict[str, Any]:
     fixed = s.input + compute + s.other
     tx: dict[str, float] = {}
     rx: dict[str, float] = {}
-    comm, ps_load = 0.0, {}
+    comm, ps_load, shares = 0.0, {}, {}
     spec = strategies.spec(s.strategy)
     if ring(s.strategy) and n > 1:
         S = message_bytes(s.model_bytes, s.bits, s.tensors, s.value_bytes)
@@ -366,9 +345,14 @@ def predict(s: Scenario) -> dict[str, Any]:
             calls = (PS_TASK_BYTES + PS_VARIABLE_BYTES * held + (PS_CALL_BYTES + PS_CALL_VARIABLE_BYTES * held)
                      / s.steps_per_call) if held else 0.0
             served[ps] = (values + table + calls, values + rows + calls)
-        pull, push, alpha = 0.0, 0.0, 0.0  # each way, for the slowest worker, unloaded links
+        # a worker's step pulls its variables, then (after its compute) pushes its gradients, one
+        # after the other (one worker, 0.15 MB each way on 5 Mbit links: 1.82-1.92 steps/s, the
+        # two transfers' 1.93; bench/README.md, "the old bucket"); between workers they overlap.
+        # A global step is one worker's: w makes pace_w / sum(pace) of them (09: a worker at
+        # 20 Mbit beside one at 1 Gbit). mine: worker -> (pull, push, {link: [out, in] from the PS})
+        alpha, mine = 0.0, {}
         for w in (f"worker:{i}" for i in range(n)):
-            moved: dict[str, list[float]] = {}  # link -> [bytes out, in] of this worker's step, seen from the PS
+            moved: dict[str, list[float]] = {}
             for ps, (out, back) in served.items():
                 for h in _cross(s, ps, w):
                     moved.setdefault(h, [0.0, 0.0])
@@ -376,18 +360,19 @@ def predict(s: Scenario) -> dict[str, Any]:
                     moved[h][1] += back
                     alpha = max(alpha, path_link(s, h).alpha)
             # the pull moves out, the push back (an embedding's table whole, its rows back)
-            mine = (max([0.0] + [seconds(s, h, b[0]) for h, b in moved.items()]),
-                    max([0.0] + [seconds(s, h, b[1]) for h, b in moved.items()]))
-            pull, push = max((pull, push), mine, key=sum)  # the slowest worker's
-            for h, (out, back) in moved.items():  # a global step is one worker's step: each worker 1/n of them
+            mine[w] = (max([0.0] + [seconds(s, h, b[0]) for h, b in moved.items()]),
+                       max([0.0] + [seconds(s, h, b[1]) for h, b in moved.items()]), moved)
+        own = {w: fixed + pull + push + 2 * alpha for w, (pull, push, _) in mine.items()}
+        paces = {w: 1 / t if t > 0 else float("inf") for w, t in own.items()}
+        total = sum(paces.values())
+        share = {w: p / total if math.isfinite(total) else 1 / n for w, p in paces.items()}
+        pull, push = (sum(share[w] * m[i] for w, m in mine.items()) for i in (0, 1))
+        for w, (_, _, moved) in mine.items():
+            for h, (out, back) in moved.items():
                 ps_side = h not in (s.hosts[w], s.hosts[w] + LO)
-                tx[h] = tx.get(h, 0.0) + (out if ps_side else back) / n
-                rx[h] = rx.get(h, 0.0) + (back if ps_side else out) / n
-        # a worker's step pulls its variables, then (after its compute) pushes its gradients:
-        # two transfers, one after the other (one worker, 0.15 MB each way on 5 Mbit links:
-        # 1.82-1.92 steps/s, the two transfers' 1.93; bench/README.md, "the old bucket").
-        # Between workers the transfers overlap: one pulls while another pushes
-        worker_time = fixed + pull + push + 2 * alpha
+                tx[h] = tx.get(h, 0.0) + (out if ps_side else back) * share[w]
+                rx[h] = rx.get(h, 0.0) + (back if ps_side else out) * share[w]
+        worker_time = fixed + pull + push + 2 * alpha  # the mean over steps: n / sum(pace)
         rate = n / (worker_time + n * s.pauses) if worker_time > 0 else float("inf")
         for h in set(tx) | set(rx):  # each link moves its bytes per global step at most at its rate
             rate = min(rate, path_link(s, h).payload_rate(cpu_share(s, h)) / max(tx.get(h, 0.0), rx.get(h, 0.0)))
@@ -408,6 +393,7 @@ def predict(s: Scenario) -> dict[str, Any]:
         for ps, (size, _) in served.items():
             crosses = any(_cross(s, ps, f"worker:{i}") for i in range(n))
             ps_load[ps] = rate * size if crosses else 0.0
+        shares = share
     elif s.cuts:
         comm, latency = _cuts_step(s, tx, rx)
         worker_time, on_links = fixed + comm, comm
@@ -426,7 +412,8 @@ def predict(s: Scenario) -> dict[str, Any]:
            "wire_bytes_per_step": {h: {"tx": wire_bytes(tx.get(h, 0.0), rx.get(h, 0.0)),
                                        "rx": wire_bytes(rx.get(h, 0.0), tx.get(h, 0.0))}
                                    for h in sorted(set(tx) | set(rx)) if not h.endswith(LO)},
-           "link_util": util, "ps_load": ps_load, "link_time": on_links, "latency_time": latency}
+           "link_util": util, "ps_load": ps_load, "worker_shares": shares, "link_time": on_links,
+           "latency_time": latency}
     from workbench.common import bottleneck  # it reads the model's parts: imported once both exist
 
     out["bottleneck"], out["why"] = bottleneck.named(s, out, fixed)

@@ -1,6 +1,7 @@
-"""The teaching references' formulas beyond a step's communication: a parameter's memory
-in training (claim 9), asynchronous staleness and the learning rate it allows (claim 11),
-the checkpoint interval (claim 12). ``costmodel`` (time and bytes) re-exports them."""
+"""The teaching references' formulas that ``costmodel.predict`` does not compose: a naive
+ring's bytes and time (claim 2), one synchronous PS round and a ring's gain over it (claims
+3, 4), a parameter's memory in training (claim 9), asynchronous staleness and the learning
+rate it allows (claim 11), the checkpoint interval (claim 12). ``costmodel`` re-exports them."""
 
 from __future__ import annotations
 
@@ -37,3 +38,27 @@ def young_daly(write_s: float, mtbf_s: float) -> float:
     """The checkpoint interval that loses least to failures: sqrt(2 x write time x MTBF)
     (claim 12: Young 1974, Daly 2006)."""
     return math.sqrt(2 * write_s * mtbf_s)
+
+
+def naive_ring_bytes(S: float, n: int) -> float:
+    """A ring that forwards whole tensors: (n-1) x S per rank, n/2 times the reduce-scatter
+    + all-gather ring (claim 2: CS336 assignment 2)."""
+    return (n - 1) * S
+
+
+def naive_ring_time(S: float, n: int, B: float) -> float:
+    """The naive ring (claim 2): (n-1) x S / B."""
+    return (n - 1) * S / B
+
+
+def ps_round_time(M: float, n: int, k: int, B: float) -> float:
+    """One synchronous round of n workers on k PS tasks of equal links, M bytes each way per
+    worker: a worker's link moves M, each PS link n M / k: max(M/B, n M / (k B)) (claim 3:
+    d2l, BytePS)."""
+    return max(M / B, n * M / (k * B))
+
+
+def ring_over_ps(n: int) -> float:
+    """How much faster a ring all-reduce is than one PS at equal links: n^2 / (2(n-1))
+    (claim 4; x2.7 at n = 4)."""
+    return n * n / (2 * (n - 1))

@@ -189,7 +189,7 @@ def explain(run: Any) -> Explanation:
     steady = _steady(h, stretch)
     # each link's bytes over the stretch steps/s counts (row by row where its samples end early)
     moved = run.links.over_stretch(h, first_step, stretch) if run.links is not None and stretch else {}
-    shares = _shares(s, h, first_step, stretch)
+    shares = _shares(s, p, h, first_step, stretch)
     for host, b in p["wire_bytes_per_step"].items():
         if host == "local":
             continue
@@ -238,20 +238,21 @@ def _paths_note(s: costmodel.Scenario, latency: float | None = None) -> str:
                    for known in (True, False) if known in calibrated.values())
 
 
-def _shares(s: costmodel.Scenario, h: pd.DataFrame, first_step: int,
+def _shares(s: costmodel.Scenario, p: dict[str, Any], h: pd.DataFrame, first_step: int,
             stretch: tuple | None) -> dict[str, tuple[float, str]]:
-    """{host of workers only: (n x its workers' share of the steps ``h`` measured, said)} under
-    a parameter server, whose workers each move their own steps' bytes (the model's: 1/n each).
-    ``stretch``: ``figures.steady_stretch``'s of ``h``."""
+    """{host of workers only: (its workers' share of the steps ``h`` measured over the share
+    the model ``p`` predicted, said)} under a parameter server, whose workers each move their
+    own steps' bytes: a link's bytes per step are then checked as bytes per worker step,
+    whatever the shares. ``stretch``: ``figures.steady_stretch``'s of ``h``."""
     if not strategies.spec(s.strategy).has_ps or stretch is None:
         return {}
-    shares = figures.worker_shares(h, first_step, stretch)
+    shares, predicted = figures.worker_shares(h, first_step, stretch), p.get("worker_shares") or {}
     out = {}
     for host in set(s.hosts.values()):
         tasks = [t for t, where in s.hosts.items() if where == host]
         if all(t.startswith("worker:") and t in shares for t in tasks):
-            x = s.workers * sum(shares[t] for t in tasks) / len(tasks)
-            out[host] = (x, f"; x {x:.2f}, its worker's share of the steps (measured)")
+            x = sum(shares[t] for t in tasks) / sum(predicted.get(t, 1 / s.workers) for t in tasks)
+            out[host] = (x, f"; x {x:.2f}, its worker's share of the steps, measured over predicted")
     return out
 
 
