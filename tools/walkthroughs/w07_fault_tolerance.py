@@ -162,14 +162,12 @@ is assumed: a machine that fails once a day.
 """),
         code("""
 import pandas as pd
+from workbench.common import figures
 from workbench.common.formulas import young_daly
 
-def pace(history):  # steps/s of a synchronous attempt: its steps after the first, over their seconds
-    ends = history.groupby("step").time.max().sort_index()
-    return (ends.index[-1] - ends.index[0]) / (ends.iloc[-1] - ends.iloc[0])
-
+pace = figures.history_figures(first, sync.job.global_batch_size)["steps_per_s"]  # the dashboard's steps/s
 ends = h.groupby("step").time.max()
-predicted_redo = (reached - saved) / pace(first)
+predicted_redo = (reached - saved) / pace
 measured_redo = ends[reached] - ends[saved + 1]
 restart = ends[saved + 1] - resume_called
 print(f"the steps done twice, from the checkpoint to the failed attempt's last: at most checkpoint_every: "
@@ -183,7 +181,7 @@ w = float(writes[writes.kind == "checkpoint"].seconds.median())
 mtbf = 24 * 3600.0  # assumed: a machine that fails once a day
 tau = young_daly(w, mtbf)  # sqrt(2 w M), the workbench's formula (workbench/common/formulas.py)
 print(f"Young's interval sqrt(2 w M) for M = 1 day, predicted from the write time measured here "
-      f"(measured w {w * 1e3:.0f} ms: a checkpoint every {tau:.0f} s, {tau * pace(first):,.0f} steps at this run's "
+      f"(measured w {w * 1e3:.0f} ms: a checkpoint every {tau:.0f} s, {tau * pace:,.0f} steps at this run's "
       f"pace, the writes then {w / tau:.2%} of the time)")
 
 fig, ax = plt.subplots(figsize=(7, 3.2))

@@ -392,7 +392,7 @@ if bed is not None:
           f"predicted x{sync['predicted'] / base['predicted']:.2f})")
     print(f"PSS with one 20 Mbit worker: the fast worker makes >= 1.5x the slow one's steps/s: {ahead >= 1.5} "
           f"(measured {fast_worker['steps_per_s']:.1f} vs {slow_worker['steps_per_s']:.1f}, x{ahead:.1f})")
-    ps_model = predicted(async_run)  # run.explain(): each worker at its own pace, its link's
+    ps_model = predicted(async_run)  # run.explain(): each worker at its own pace, the rate their sum
     print(f"PSS with the same slow link: >= 1.5x the steps/s of MWMS: {async_gain >= 1.5} (measured x{async_gain:.1f}, "
           f"predicted x{ps_model['steps_per_s'] / sync['predicted']:.1f})")
     print(f"PSS's steps/s, measured / predicted with each worker at its own pace, within 0.75-1.25: "
@@ -569,9 +569,9 @@ if bed is not None:
     left.plot([3], [sharded["predicted"]["steps_per_s"]], "s", mfc="none", color="#2471a3", label="2 PS, sharded: predicted")
     left.plot([3], [sharded["predicted"]["measured_steps_per_s"]], "o", color="#2471a3",
               label="2 PS, sharded: measured")
-    full = parse_rate("10mbit") / 8 / S  # steps/s of one PS link moving S each way per step
-    left.axhline(full, color="#888", ls=":", lw=1)
-    left.text(1.05, full * 1.02, "one 10 Mbit PS link's S each way", fontsize=7, color="#555")
+    one_link = parse_rate("10mbit") / 8 / S  # steps/s of one PS link moving S each way per step
+    left.axhline(one_link, color="#888", ls=":", lw=1)
+    left.text(1.05, one_link * 1.02, "one 10 Mbit PS link's S each way", fontsize=7, color="#555")
     left.set(xticks=ns, xlabel="workers", ylabel="steps/s", ylim=(0, None), title="10 Mbit links: a PS link fills up")
     left.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.18))  # under the chart
     wb.predicted_vs_measured(["1 worker", "3 workers"], [r["predicted"]["ps_util"][0] for r in (one, three)],

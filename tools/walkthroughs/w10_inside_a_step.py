@@ -243,37 +243,40 @@ one = dict(strategy="single", global_batch_size=128, steps=400, learning_rate=0.
            dashboard=False)
 feeds = {prefetch: cluster.train(wb.models.mlp((256, 256)), pipeline(prefetch), **one).wait()
          for prefetch in (False, True)}
-per_step = {p: r.anatomy().iloc[0] for p, r in feeds.items()}
-for p, a in per_step.items():
-    print(f"prefetch={p}: step {a.step_time * 1e3:.2f} ms = input {a.input * a.step_time * 1e3:.2f} + compute "
-          f"{a.compute * a.step_time * 1e3:.2f} + other {(1 - a.input - a.compute) * a.step_time * 1e3:.2f} ms")
+parts_ms = {}  # each run's step and its parts, ms (the anatomy's shares of its step time)
+for p, r in feeds.items():
+    a = r.anatomy().iloc[0]
+    m = parts_ms[p] = {name: share * a.step_time * 1e3 for name, share in
+                       (("step", 1.0), ("input", a.input), ("compute", a.compute), ("other", 1 - a.input - a.compute))}
+    print(f"prefetch={p}: step {m['step']:.2f} ms = input {m['input']:.2f} + compute {m['compute']:.2f} "
+          f"+ other {m['other']:.2f} ms")
 """, volatile=True),
         code("""
 import matplotlib.pyplot as plt
+from workbench.common.costmodel import overlapped
 
-a = per_step[False]
-t_in, t_comp, t_rest = a.input * a.step_time, a.compute * a.step_time, (1 - a.input - a.compute) * a.step_time
-none, perfect = t_in + t_comp + t_rest, max(t_in, t_comp) + t_rest  # predicted from the run without prefetch
-measured = per_step[True].step_time
+# predicted from the run without prefetch (claim 7's formula: overlap 0 is the sum, 1 the max)
+sync_read = parts_ms[False]
+none, perfect = (overlapped(sync_read["compute"], sync_read["input"], k) + sync_read["other"] for k in (0, 1))
+measured = parts_ms[True]["step"]
 achieved = (none - measured) / (none - perfect)
 print(f"the prefetched step lies between perfect overlap and none, max(input, compute) and their sum (+ the rest), "
-      f"within 10%: {0.9 * perfect <= measured <= 1.1 * none} (measured {measured * 1e3:.2f} ms, predicted "
-      f"{perfect * 1e3:.2f}-{none * 1e3:.2f} ms: {achieved:.0%} of the possible saving, x{none / measured:.2f} "
+      f"within 10%: {0.9 * perfect <= measured <= 1.1 * none} (measured {measured:.2f} ms, predicted "
+      f"{perfect:.2f}-{none:.2f} ms: {achieved:.0%} of the possible saving, x{none / measured:.2f} "
       f"the steps/s)")
-wait = per_step[True].input * per_step[True].step_time / t_in
+wait = parts_ms[True]["input"] / sync_read["input"]
 print(f"prefetch hides at least a third of the step's wait for its batch: {wait <= 0.67} "
       f"(measured {wait:.2f} of the wait without it)")
 
 fig, ax = plt.subplots(figsize=(7, 3))
-rows = [("read synchronously, measured", per_step[False]), ("prefetched, measured", per_step[True])]
+rows = [("read synchronously, measured", parts_ms[False]), ("prefetched, measured", parts_ms[True])]
 for i, (label, r) in enumerate(rows):
-    parts = [r.input * r.step_time, r.compute * r.step_time, (1 - r.input - r.compute) * r.step_time]
     left = 0.0
-    for part, color, name in zip(parts, ("#e67e22", "#2471a3", "#bbb"), ("input", "compute", "other")):
-        ax.barh(i, part * 1e3, left=left * 1e3, color=color, label=name if i == 0 else None)
-        left += part
-ax.axvline(perfect * 1e3, color="k", ls=":", label="predicted, perfect overlap")
-ax.axvline(none * 1e3, color="k", ls="--", label="predicted, no overlap")
+    for name, color in (("input", "#e67e22"), ("compute", "#2471a3"), ("other", "#bbb")):
+        ax.barh(i, r[name], left=left, color=color, label=name if i == 0 else None)
+        left += r[name]
+ax.axvline(perfect, color="k", ls=":", label="predicted, perfect overlap")
+ax.axvline(none, color="k", ls="--", label="predicted, no overlap")
 ax.set(yticks=[0, 1], yticklabels=[label for label, _ in rows], xlabel="ms per step", title="one worker's step")
 ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.42))  # under the chart
 fig.tight_layout()

@@ -365,13 +365,13 @@ def predict(s: Scenario) -> dict[str, Any]:
         own = {w: fixed + pull + push + 2 * alpha for w, (pull, push, _) in mine.items()}
         paces = {w: 1 / t if t > 0 else float("inf") for w, t in own.items()}
         total = sum(paces.values())
-        share = {w: p / total if math.isfinite(total) else 1 / n for w, p in paces.items()}
-        pull, push = (sum(share[w] * m[i] for w, m in mine.items()) for i in (0, 1))
+        shares = {w: p / total if math.isfinite(total) else 1 / n for w, p in paces.items()}
+        pull, push = (sum(shares[w] * m[i] for w, m in mine.items()) for i in (0, 1))
         for w, (_, _, moved) in mine.items():
             for h, (out, back) in moved.items():
                 ps_side = h not in (s.hosts[w], s.hosts[w] + LO)
-                tx[h] = tx.get(h, 0.0) + (out if ps_side else back) * share[w]
-                rx[h] = rx.get(h, 0.0) + (back if ps_side else out) * share[w]
+                tx[h] = tx.get(h, 0.0) + (out if ps_side else back) * shares[w]
+                rx[h] = rx.get(h, 0.0) + (back if ps_side else out) * shares[w]
         worker_time = fixed + pull + push + 2 * alpha  # the mean over steps: n / sum(pace)
         rate = n / (worker_time + n * s.pauses) if worker_time > 0 else float("inf")
         for h in set(tx) | set(rx):  # each link moves its bytes per global step at most at its rate
@@ -393,7 +393,6 @@ def predict(s: Scenario) -> dict[str, Any]:
         for ps, (size, _) in served.items():
             crosses = any(_cross(s, ps, f"worker:{i}") for i in range(n))
             ps_load[ps] = rate * size if crosses else 0.0
-        shares = share
     elif s.cuts:
         comm, latency = _cuts_step(s, tx, rx)
         worker_time, on_links = fixed + comm, comm
