@@ -26,6 +26,11 @@ def train(job: "Job", ctx: "TaskContext") -> "TaskResult":
 
 
 BARRIER_TIMEOUT = 600.0  # s; the kernel's start timeout (180 s) names a missing peer first
+# s without a task's heartbeat before TF's coordination service aborts every collective
+# (TF's default is 10 s). One worker stalled 15 s (SIGSTOP) failed a 2-worker run under
+# the default ("stopped sending heartbeats"), as CI's busy 2 cores once did to
+# bench/network.py; the kernel finds lost engines and hosts itself, in seconds.
+HEARTBEAT_TIMEOUT = 60.0
 
 
 def collective_strategy(name: str) -> "tf.distribute.MultiWorkerMirroredStrategy":
@@ -47,7 +52,28 @@ def collective_strategy(name: str) -> "tf.distribute.MultiWorkerMirroredStrategy
     import tensorflow as tf
     from tensorflow.python.eager import context
 
+    _configure_coordination()
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     if context.context().coordination_service is not None:
         context.context().wait_at_barrier(f"workbench-strategy-{name}", int(BARRIER_TIMEOUT * 1000))
     return strategy
+
+
+def _configure_coordination() -> None:
+    """TF's coordination service as MultiWorkerMirroredStrategy configures it (its leader,
+    its chief and worker jobs), with ``HEARTBEAT_TIMEOUT``; the strategy leaves a service
+    already configured alone. Once per process: a re-run's strategy keeps the first."""
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.distribute.cluster_resolver import TFConfigClusterResolver
+    from tensorflow.python.eager import context
+
+    resolver = TFConfigClusterResolver()
+    if context.context().coordination_service is not None or resolver.task_type not in ("chief", "worker"):
+        return
+    spec = multi_worker_util.normalize_cluster_spec(resolver.cluster_spec())
+    jobs = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
+            for job in ("chief", "worker") if job in spec.jobs]
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=multi_worker_util.coordination_leader(spec),
+        coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(HEARTBEAT_TIMEOUT * 1000))
