@@ -64,8 +64,8 @@ CLAIMS = [
      "the lines are measured / predicted bytes per parameter held on the PS tasks (the gradient's 4 are "
      "transient)"),
     (10, "Linear scaling rule with warm-up: no loss of accuracy up to large batches (Goyal et al. 2017)",
-     [("06_large_batch", [r"^linear rule within", r"^the rule breaks", r"^the gap does not widen",
-                          r"^warm-up raises"])],
+     [("06_large_batch", [r"^linear rule within", r"^the rule breaks", r"^the linear rule's rate is under 2/λ",
+                          r"^at twice 2/λ", r"^the gap does not widen", r"^warm-up raises"])],
      "ImageNet's 8k batch and 256 GPUs: not measured (the digits' 1,438 examples, one CPU)"),
     (11, "Async PS: with n equal workers a gradient is about n-1 updates stale (ML Systems book)",
      [("02_parameter_server", [r"^two workers, most steps fresh"]),

@@ -91,7 +91,8 @@ print(spread.to_string())
 - at 1024 (rate 3.2, only 42 updates in all) the rule breaks, warm-up or not: the
   digits training set has 1,438 examples, so a batch of 1024 is most of an epoch, and no
   learning rate makes 42 steps do the work of 2,696. That is the regime where Goyal's rule
-  stopped holding too, at a larger scale;
+  stopped holding too, at a larger scale. The rule's rate there, 3.2, is also past the
+  largest step the loss's curvature allows (measured below);
 - a two-epoch warm-up does not help plain SGD on this model at any batch beyond the
   seeds' spread (at 256 it made one seed fail); the spread table
   shows where a seed's draw decides the outcome (the next section finds where warm-up
@@ -120,6 +121,79 @@ ax.axhline(table.loc[16, "same rate"], color="#555", ls=":", lw=1)
 ax.set(xscale="log", xticks=list(table.index), xticklabels=[str(b) for b in table.index], xlabel="global batch",
        ylabel="test accuracy (measured)", title="30 epochs at every batch: each seed a point")
 ax.legend(fontsize=8, loc="lower left")
+fig.tight_layout()
+plt.show()
+"""),
+        md("""
+### Why the rule breaks at 1024: the largest stable step
+
+Near its start, training sees a loss that curves most steeply along one direction of the
+weights: the largest eigenvalue `λ` of the loss's Hessian, its *sharpness*. Along that
+direction a step of rate `η` multiplies the distance to the bottom by `1 - η λ`: it
+shrinks while `η < 2 / λ` and grows beyond. So the prediction: **a rate above `2 / λ`
+makes the loss rise in the first steps** (it may then fall again, from a flatter place:
+the "catapult" of Lewkowycz et al. 2020, or diverge). Measured here: `λ` of the whole
+training set's loss at seed 0's initial weights (their power iteration on
+Hessian-vector products, in TensorFlow in this kernel), then 20 steps at batch 1024 at
+half and twice `2 / λ` and at the linear rule's 3.2.
+"""),
+        code("""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ logs: errors only, as on the engines
+import tensorflow as tf
+
+# seed 0's initial weights: one step at a rate of 1e-9 moves them by ~1e-9 of themselves
+start = cluster.train(model=wb.models.mlp((64, 32)), data=digits, strategy="single", workers=1,
+                      global_batch_size=1024, steps=1, learning_rate=1e-9, seed=0, checkpoint_every=0,
+                      dashboard=False).wait()
+net = wb.models.mlp((64, 32))()
+net.build((None, digits.x_train.shape[1]))
+net.set_weights(start.weights())
+x, y, weights = tf.constant(digits.x_train), tf.constant(digits.y_train), net.trainable_variables
+cross_entropy = tf.keras.losses.SparseCategoricalCrossentropy()
+
+
+def hessian_times(v):
+    \"\"\"The whole training set's loss Hessian times ``v`` (a list shaped as the weights).\"\"\"
+    with tf.GradientTape() as outer:
+        with tf.GradientTape() as inner:
+            loss = cross_entropy(y, net(x))
+        along = tf.add_n([tf.reduce_sum(g * u) for g, u in zip(inner.gradient(loss, weights), v)])
+    return outer.gradient(along, weights)
+
+
+v = [tf.random.stateless_normal(w.shape, seed=(0, i)) for i, w in enumerate(weights)]
+for _ in range(50):  # power iteration: v turns to the steepest direction, v . Hv to its eigenvalue
+    norm = tf.sqrt(tf.add_n([tf.reduce_sum(u * u) for u in v]))
+    v = [u / norm for u in v]
+    hv = hessian_times(v)
+    sharpness = float(tf.add_n([tf.reduce_sum(a * b) for a, b in zip(hv, v)]))
+    v = hv
+limit = 2 / sharpness
+first_steps = {}
+for name, rate in {"half of 2/λ": limit / 2, "twice 2/λ": 2 * limit, "the linear rule at 1024": 3.2}.items():
+    run = cluster.train(model=wb.models.mlp((64, 32)), data=digits, strategy="single", workers=1,
+                        global_batch_size=1024, steps=20, learning_rate=rate, seed=0, checkpoint_every=0,
+                        dashboard=False).wait()
+    first_steps[name] = (rate, run.history.loss.to_numpy()[:20])
+print(f"sharpness λ at the start {sharpness:.2f}: the largest stable rate 2/λ = {limit:.2f}")
+""", volatile=True),
+        code("""
+rise = {name: float(loss.max() / loss[0]) for name, (_, loss) in first_steps.items()}
+print(f"the linear rule's rate is under 2/λ at 256 (0.8) and over it at 1024 (3.2): {0.8 < limit < 3.2} "
+      f"(measured 2/λ {limit:.2f})")
+print(f"at half of 2/λ the loss never rises > 10% above its first step's in 20 steps: "
+      f"{rise['half of 2/λ'] <= 1.1} (measured {rise['half of 2/λ']:.2f}x)")
+print(f"at twice 2/λ and at the rule's 3.2 it rises >= 2x: "
+      f"{min(rise['twice 2/λ'], rise['the linear rule at 1024']) >= 2} "
+      f"(measured {rise['twice 2/λ']:.1f}x and {rise['the linear rule at 1024']:.1f}x)")
+fig, ax = plt.subplots(figsize=(7, 3))
+for (name, (rate, loss)), color in zip(first_steps.items(), ("#2471a3", "#c0392b", "#7d3c98")):
+    ax.plot(range(1, len(loss) + 1), loss, "o-", ms=3, color=color, label=f"{name} (rate {rate:.2f})")
+ax.set(xticks=range(0, 21, 5), xlabel="step", ylabel="training loss (measured)",
+       title=f"batch 1024, the first 20 steps; 2/λ = {limit:.2f} predicts the rise")
+ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
 fig.tight_layout()
 plt.show()
 """),
