@@ -261,3 +261,29 @@ def test_an_embeddings_sparse_gradients_are_counted_and_predicted_as_gathered(cl
              + (costmodel.PS_CALL_BYTES + 3 * costmodel.PS_CALL_VARIABLE_BYTES) / s.steps_per_call)
     assert p["bytes_per_step"]["p0"]["tx"] == pytest.approx(vocab * dim * 4 + dense / 2 + calls)
     assert p["bytes_per_step"]["p0"]["rx"] == pytest.approx(rows + dense / 2 + calls)
+
+
+def test_a_parameter_servers_parts_of_a_step_weigh_each_worker_by_its_steps(tmp_path):
+    """Under a parameter server a faster worker makes more of the steps: a step's measured
+    parts are its workers' weighed by their steps, as the model's are (09's straggler run
+    read its communication at 2.08x the model's when each worker counted once)."""
+    from checks import recorded_run
+
+    from workbench.kernel.runs.recorded import RecordedRun
+
+    def row(step, worker, step_time, comm):
+        return dict(step=step, worker=worker, time=1000.0 + step * 0.01, loss=1.0, accuracy=0.5, step_time=step_time,
+                    input_time=0.001, compute_time=step_time - comm - 0.001, comm_time=comm, comm_bytes=0,
+                    examples_per_s=1.0, replicas=1)
+
+    # worker:0 makes 3 steps of 10 ms (2 ms pushing) for each of worker:1's 30 ms (20 ms pushing)
+    rows = [row(s, "worker:1", 0.030, 0.020) if s % 4 == 0 else row(s, "worker:0", 0.010, 0.002)
+            for s in range(1, 161)]
+    run = RecordedRun(recorded_run(tmp_path, rows, {"final_step": 160}, strategy="parameter_server", ps=1, steps=160))
+    table = run.anatomy().set_index("worker")
+    fast, slow = table.loc["worker:0", "steps"], table.loc["worker:1", "steps"]
+    assert (fast, slow) == (118, 40)  # the first two steps (both worker:0's) trace: left out
+    parts = explain._parts(run)
+    assert parts["step_time"] == pytest.approx((fast * 0.010 + slow * 0.030) / (fast + slow))
+    assert parts["communication"] == pytest.approx((fast * 0.002 + slow * 0.020) / (fast + slow))
+    assert parts["step_time"] < 0.019  # each worker counted once: 0.020

@@ -397,6 +397,10 @@ if bed is not None:
           f"predicted x{ps_model['steps_per_s'] / sync['predicted']:.1f})")
     print(f"PSS's steps/s, measured / predicted with each worker at its own pace, within 0.75-1.25: "
           f"{0.75 <= ps_model['ratio'] <= 1.25} (measured {ps_model['ratio']:.2f})")
+    step = async_run.explain().table.set_index("figure").ratio  # a step's parts: each worker's by its steps
+    step_ratios = [step["step time per worker (ms)"], step["communication per step (ms)"]]
+    print(f"PSS's step time and its communication, measured / predicted per step, within 0.75-1.25: "
+          f"{all(0.75 <= r <= 1.25 for r in step_ratios)} (measured {step_ratios[0]:.2f} and {step_ratios[1]:.2f})")
     print(f"staleness, other updates applied during a step, mean below 1 for both workers: "
           f"{max(fast_worker['staleness'], slow_worker['staleness']) < 1} "
           f"(measured {fast_worker['staleness']:.2f} fast, {slow_worker['staleness']:.2f} slow)")

@@ -97,15 +97,26 @@ def link_rates(run: Any) -> dict[str, int | None] | None:
 
 def _parts(run: Any) -> dict[str, float] | None:
     """A worker's mean seconds per step in each part of the anatomy, over the run's steps
-    after its first two calls; None without the anatomy."""
+    after its first two calls (each worker's weighed by its steps, as the model's figures
+    are: a parameter server's faster worker makes more of them); None without the anatomy."""
     table = run.anatomy()
     if table.empty:
         return None
-    out = {p: float((table[p] * table.step_time).mean()) for p in ("input", "compute", "communication",
-                                                                    "waiting", "other")}
-    out["step_time"] = float(table.step_time.mean())
-    out["bytes_per_step"] = float(table.bytes_per_step.mean()) if "bytes_per_step" in table else float("nan")
+
+    def mean(x: pd.Series) -> float:  # over the workers that measured it, each by its steps
+        known = x.notna()
+        return float((x[known] * table.steps[known]).sum() / table.steps[known].sum()) if known.any() else math.nan
+
+    out = {p: mean(table[p] * table.step_time) for p in ("input", "compute", "communication", "waiting", "other")}
+    out["step_time"] = mean(table.step_time)
+    out["bytes_per_step"] = mean(table.bytes_per_step) if "bytes_per_step" in table else math.nan
     return out
+
+
+def _unexplained(run: Any) -> Exception:
+    """The error for a run the model cannot read yet: no steps, or no anatomy."""
+    return invalid("run", run.id, "a run that measured its steps' anatomy (anatomy=True, at least one step "
+                   "past its first two calls)", f"Run {run.id} has {'no steps' if not run.step else 'no anatomy'}.")
 
 
 def scenario(run: Any, parts: dict[str, float] | None = None, rate: float | None = None) -> costmodel.Scenario:
@@ -117,8 +128,7 @@ def scenario(run: Any, parts: dict[str, float] | None = None, rate: float | None
     spec = strategies.spec(job.strategy)
     parts = _parts(run) if parts is None else parts
     if parts is None or not run.step:
-        raise invalid("run", run.id, "a run that measured its steps' anatomy (anatomy=True, at least one step "
-                      "past its first two calls)", f"Run {run.id} has {'no steps' if not run.step else 'no anatomy'}.")
+        raise _unexplained(run)
     placement = run.placement
     bits = BITS.get(job.compression, 32)
     model_bytes, tensors = trainable_bytes(placement, split=spec.splits_model, bits=bits)
@@ -166,6 +176,8 @@ def explain(run: Any) -> Explanation:
     """``run.explain()``: see the module's docstring."""
     # one reading of each: a live dashboard redraws this every second
     parts, h, first_step = _parts(run), run.history, run.job.first_step
+    if parts is None:  # not read again below: a live run's anatomy can arrive in between (a dashboard crashed so)
+        raise _unexplained(run)
     measured_rate = figures.history_figures(h, run.job.global_batch_size, first_step)["steps_per_s"]
     s = scenario(run, parts, measured_rate)
     p = costmodel.predict(s)
