@@ -7,13 +7,13 @@ the second all-reduce failed: "stopped sending heartbeats" (measured with this s
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from workbench.engine.startup.inventory import free_port
 from workbench.engine.strategies import multi_worker_mirrored
 
 pytestmark = pytest.mark.slow
@@ -35,12 +35,6 @@ print("second", float(total()), flush=True)
 """
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _line(process, prefix):
     """The worker's next line, which must start with ``prefix``."""
     line = process.stdout.readline()
@@ -50,7 +44,7 @@ def _line(process, prefix):
 
 def test_a_worker_stalled_past_tfs_default_heartbeat_timeout_does_not_abort_the_collectives():
     assert multi_worker_mirrored.HEARTBEAT_TIMEOUT > STALL + 10  # room for a slow restart
-    cluster = {"worker": [f"127.0.0.1:{_free_port()}" for _ in range(2)]}
+    cluster = {"worker": [f"127.0.0.1:{free_port()}" for _ in range(2)]}
     workers = []
     try:
         for index in range(2):
