@@ -17,8 +17,19 @@ from workbench.kernel.engines.processes import alive as _alive, family as _famil
 pytestmark = pytest.mark.cluster
 
 
+def _stranger():
+    """A process this one did not start (a shell's background child, reparented when the
+    shell exits): what an ended engine's PID can name once it is recycled."""
+    import subprocess
+
+    return int(subprocess.run(["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                              text=True, check=True).stdout)
+
+
 def test_start_reports_engines_and_stop_leaves_no_process():
+    stranger = _stranger()
     with wb.Cluster(engines=2) as c:
+        c.launched.pids.add(stranger)  # as if an engine of the cluster had ended and its PID been recycled
         table = c.engines
         assert list(table.index) == [0, 1]
         assert set(table.columns) >= {"host", "address", "pid", "tf_port", "gpus", "cuda_visible_devices"}
@@ -40,6 +51,25 @@ def test_start_reports_engines_and_stop_leaves_no_process():
         assert c.launched.ipp.profile_dir.startswith(os.environ["WORKBENCH_HOME"])
     assert not c.running
     assert [p for p in pids if _alive(p)] == []
+    assert _alive(stranger), "the cluster's stop ended a process it did not start"
+    os.kill(stranger, 9)
+
+
+def test_the_reaper_ends_a_listed_pid_only_while_it_names_the_process_listed(tmp_path):
+    """A dead kernel's reaper reads PID:START pairs: a PID whose start time differs now names
+    another process (recycled) and is left alone; the listed process itself is ended."""
+    from workbench.common.pids import started
+    from workbench.kernel.launchers import reaper
+
+    stranger = _stranger()
+    (tmp_path / "clusters").mkdir()
+    pidfile = tmp_path / "clusters" / "c.pids"
+    pidfile.write_text(f"{stranger}:{started(stranger) - 1}")
+    reaper.end_listed(str(pidfile))
+    assert _alive(stranger) and not pidfile.exists()
+    pidfile.write_text(f"{stranger}:{started(stranger)}")
+    reaper.end_listed(str(pidfile))
+    _wait_gone([stranger], timeout=10)
 
 
 @ipp.interactive

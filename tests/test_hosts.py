@@ -47,7 +47,7 @@ def test_remote_pids_are_never_killed_or_reaped_locally(cluster):
     that keep each host's zygote are in the kill list and the reaper's pidfile."""
     ours = {cluster.launched.ipp.controller.pid, *(p.pid for p in cluster.launched.remote_zygotes)}
     assert len(ours) == 3 and cluster.launched.pids == ours
-    assert sorted(map(int, cluster.launched.pidfile.read_text().split())) == sorted(ours)
+    assert sorted(int(t.split(":")[0]) for t in cluster.launched.pidfile.read_text().split()) == sorted(ours)
     assert not any(cluster._is_local(e) for e in cluster.engine_info.values())
 
 

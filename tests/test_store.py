@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from workbench import store
+from workbench.common.pids import started
 from workbench.store import files, schema
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -217,8 +218,10 @@ def test_cluster_records_and_pid_files_live_under_the_home(tmp_path):
     dead = dict(alive, id="c2", controller_pid=2**22 + 12345)
     assert home.write_cluster(alive) == tmp_path / "clusters" / "c1.json"
     home.write_cluster(dead)
-    assert home.write_pids("c1", {3, 1, 2}) == home.pidfile("c1") == tmp_path / "clusters" / "c1.pids"
-    assert home.pidfile("c1").read_text() == "1 2 3"
+    gone = 2**22 + 12345  # above pid_max: no such process
+    assert home.write_pids("c1", {os.getpid(), 1, gone}) == home.pidfile("c1") == tmp_path / "clusters" / "c1.pids"
+    # each with its start time, which the reaper checks; a PID without a process is left out
+    assert home.pidfile("c1").read_text() == f"1:{started(1)} {os.getpid()}:{started(os.getpid())}"
     assert [c["id"] for c in home.cluster_records()] == ["c1", "c2"]
     assert [c["id"] for c in store.Records(tmp_path).clusters()] == ["c1"]  # c2's controller is gone
 

@@ -1,5 +1,8 @@
 """Whether a process of this machine is alive: what run and cluster records are checked
-against (the kernel that wrote them, a cluster's controller). Pure os calls."""
+against (the kernel that wrote them, a cluster's controller), and when it started (a PID
+names another process once its own has ended: this machine's ``pid_max`` is 32768 and
+TensorFlow's threads draw from the same numbers, so a suite recycles them many times).
+Pure os calls."""
 
 import os
 
@@ -17,3 +20,13 @@ def alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def started(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``'s 22nd
+    field): with the PID, a process's identity. None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().split(")")[-1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -80,9 +80,14 @@ class Home:
         return out
 
     def write_pids(self, cluster_id: str, pids: set[int]) -> Path:
+        """List ``pids`` for the cluster's reaper, each as ``PID:START`` (``pids.started``):
+        the reaper ends a listed PID only if its process is still the one listed."""
+        from workbench.common.pids import started
+
         path = self.pidfile(cluster_id)
         path.parent.mkdir(parents=True, exist_ok=True)
-        files.write_text(path, " ".join(str(p) for p in sorted(pids)))
+        listed = ((p, started(p)) for p in sorted(pids))
+        files.write_text(path, " ".join(f"{p}:{t}" for p, t in listed if t is not None))
         return path
 
 

@@ -26,17 +26,46 @@ def family(pids: Iterable[int]) -> set[int]:
     return out
 
 
+def own(pids: Iterable[int | None]) -> set[int]:
+    """Those of ``pids`` that this process started, directly or not, with their descendants:
+    what it may end by PID. A PID kept from earlier whose process has ended can name another
+    program's process by now (``common.pids``: PIDs are recycled), and its descendants
+    would be taken with it (another cluster's controller, say, or its heart monitor)."""
+    return family({p for p in pids if p} & descendants())
+
+
+def descendants() -> set[int]:
+    """This process's descendants, now."""
+    return family({os.getpid()}) - {os.getpid()}
+
+
 def reap(pids: Iterable[int | None], deadline: float) -> None:
-    """Wait for ``pids`` (processes this object started) to exit; SIGKILL any left."""
-    pids = {p for p in pids if p}
+    """Wait for ``pids`` (processes this object started) to exit; SIGKILL any left. Each is
+    known by its PID and start time as this is called: a PID that is recycled while we wait
+    is not signalled."""
+    import psutil
+
+    processes = []
+    for p in {p for p in pids if p}:
+        try:
+            processes.append(psutil.Process(p))
+        except psutil.Error:
+            pass
+
+    def running(process) -> bool:  # the same process (psutil checks its start time), not a zombie
+        try:
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
     end = time.monotonic() + deadline
-    while time.monotonic() < end and any(alive(p) for p in pids):
+    while time.monotonic() < end and any(running(p) for p in processes):
         time.sleep(0.05)
-    for p in pids:
-        if alive(p):
+    for process in processes:
+        if running(process):
             try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
+                process.send_signal(signal.SIGKILL)  # psutil refuses a recycled PID
+            except psutil.Error:
                 pass
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from workbench.errors import ClusterError, ClusterStartTimeout, ConfigError
 from workbench.kernel.engines.health import log_tail
-from workbench.kernel.engines.processes import alive, family, reap, remove_engine_tmpdirs
+from workbench.kernel.engines.processes import alive, descendants, family, own, reap, remove_engine_tmpdirs
 from workbench.kernel.launchers import batch, home, reaper, ssh, zygote
 from workbench.store import Home
 
@@ -162,6 +162,7 @@ class Launched:
             self.pids.update(ssh.local_pids(engine_set))
         if self.zygote is not None:  # the engines it forked
             self.pids.update(family({self.zygote.pid}))
+        self.pids &= descendants()  # an ended engine's PID can name another's process by now
 
     def is_local(self, pid: int) -> bool:
         """Did a local launcher of ours start process ``pid`` (may it be killed by PID)?"""
@@ -193,7 +194,7 @@ class Launched:
         others = [o.id for o in old if not self.is_local(o.pid) and o.id in client.ids and o.pid not in where]
         if others:
             client.shutdown(targets=others, block=False)
-        reap(family({o.pid for o in local}), deadline=0)  # SIGKILL: engines we started
+        reap(own({o.pid for o in local}), deadline=0)  # SIGKILL: engines we started
         ssh.kill_remote_engines(self.ipp, pids=set(where))  # through their launcher
         per_host = {}
         for pid, host in where.items():  # an SSH engine's replacement starts on its host
@@ -274,13 +275,13 @@ class Launched:
             return
         tag = self.ipp.cluster_id
         self.collect_pids()
-        processes = family(self.pids)  # with engines' nannies, controller's schedulers
-        controller = ssh.local_pids(self.ipp.controller)
+        processes = own(self.pids)  # with engines' nannies, controller's schedulers
+        controller = own(ssh.local_pids(self.ipp.controller))
         batch.end_mpi_jobs(self.ipp)  # mpiexec takes its ranks on every host down
         batch.end_slurm_jobs(self.ipp)  # scancel, until squeue no longer lists the job
         # engines whose TF runtime holds collectives or servers take ~10 s to exit when asked;
         # their runs are over and saved, so end them (ours, by PID) before the controller
-        reap(processes - family(controller), deadline=0)
+        reap(processes - controller, deadline=0)
         ssh.kill_remote_engines(self.ipp)  # the same for engines on other hosts, through their launcher
         try:
             self.ipp.stop_cluster_sync()

@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Callable
 
+from workbench.common.pids import started
 from workbench.kernel.engines.processes import alive, family, reap, remove_engine_tmpdirs
 
 
@@ -32,7 +33,8 @@ def spawn(module: str, *args: str) -> subprocess.Popen:
 def watch(owner: int, record: str, cleanup: Callable[[str], None], every: float = 0.5) -> int:
     """Wait while ``owner`` lives; exit when ``record`` disappears first; else run
     ``cleanup(record)``. Returns the reaper's exit code (0)."""
-    while alive(owner):
+    born = started(owner)
+    while alive(owner) and started(owner) == born:  # not another process under its PID
         if not os.path.exists(record):
             return 0
         time.sleep(every)
@@ -46,8 +48,9 @@ def end_listed(pidfile: str, owner: int | None = None) -> None:
     TMPDIRs and the owner's zygote sockets (``kernel/zygote.py``)."""
     try:
         with open(pidfile) as f:
-            pids = {int(p) for p in f.read().split()}
-    except OSError:
+            listed = [token.split(":") for token in f.read().split()]
+        pids = {int(pid) for pid, start in listed if started(int(pid)) == int(start)}  # not a recycled PID
+    except (OSError, ValueError):
         return
     processes = family(pids)
     for pid in processes:
