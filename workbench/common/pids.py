@@ -5,6 +5,7 @@ TensorFlow's threads draw from the same numbers, so a suite recycles them many t
 Pure os calls."""
 
 import os
+from typing import Iterable
 
 
 def alive(pid: int) -> bool:
@@ -30,3 +31,10 @@ def started(pid: int) -> int | None:
             return int(f.read().split(")")[-1].split()[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def identities(pids: Iterable[int]) -> str:
+    """``PID:START`` for each of ``pids`` that is running (``started``), space-separated:
+    what a reaper is handed, so that it ends a PID only while it names the same process."""
+    listed = ((p, started(p)) for p in sorted(pids))
+    return " ".join(f"{p}:{t}" for p, t in listed if t is not None)

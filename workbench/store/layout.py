@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.common.pids import identities
 from workbench.store import files
 from workbench.store.schema import ClusterRecord, ResultRecord, RunRecord
 
@@ -80,15 +81,9 @@ class Home:
         return out
 
     def write_pids(self, cluster_id: str, pids: set[int]) -> Path:
-        """List ``pids`` for the cluster's reaper, each as ``PID:START`` (``pids.started``):
-        the reaper ends a listed PID only if its process is still the one listed."""
-        from workbench.common.pids import started
-
-        path = self.pidfile(cluster_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        listed = ((p, started(p)) for p in sorted(pids))
-        files.write_text(path, " ".join(f"{p}:{t}" for p, t in listed if t is not None))
-        return path
+        self.clusters_dir.mkdir(parents=True, exist_ok=True)
+        files.write_text(self.pidfile(cluster_id), identities(pids))  # PID:START each: the reaper checks both
+        return self.pidfile(cluster_id)
 
 
 KERNEL = "kernel"  # metrics/kernel.jsonl: the events of the kernel that watched the run
