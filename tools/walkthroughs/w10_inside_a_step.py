@@ -214,7 +214,9 @@ background thread makes the next batch while the step computes; perfect overlap 
 with compute (claim 7 in `docs/teaching.md`). Overlap needs something to run on: the prefetch
 thread takes a core the step's own ops would use, so on 2 shared cores the measured step
 falls somewhere between the two predictions, and the share of the possible saving it
-achieves is printed beside them.
+achieves is printed beside them. Each setting runs three times, alternated with the other,
+and its median run is the one read: a run of 400 steps lasts about a second, and the
+machine's other work can move one run alone.
 """),
         code("""
 import numpy as np
@@ -241,15 +243,18 @@ def pipeline(prefetch, work=16):
 
 one = dict(strategy="single", global_batch_size=128, steps=400, learning_rate=0.1, seed=0, checkpoint_every=0,
            dashboard=False)
-feeds = {prefetch: cluster.train(wb.models.mlp((256, 256)), pipeline(prefetch), **one).wait()
-         for prefetch in (False, True)}
-parts_ms = {}  # each run's step and its parts, ms (the anatomy's shares of its step time)
-for p, r in feeds.items():
-    a = r.anatomy().iloc[0]
+feeds = {False: [], True: []}
+for _ in range(3):  # alternated, 3 runs each: the machine's load drifts less between runs seconds apart
+    for prefetch in (False, True):
+        feeds[prefetch].append(cluster.train(wb.models.mlp((256, 256)), pipeline(prefetch), **one).wait())
+parts_ms = {}  # each setting's median run (by step time): its step and its parts, ms (the anatomy's shares)
+for p, runs in feeds.items():
+    a = sorted((r.anatomy().iloc[0] for r in runs), key=lambda a: a.step_time)[1]
     m = parts_ms[p] = {name: share * a.step_time * 1e3 for name, share in
                        (("step", 1.0), ("input", a.input), ("compute", a.compute), ("other", 1 - a.input - a.compute))}
     print(f"prefetch={p}: step {m['step']:.2f} ms = input {m['input']:.2f} + compute {m['compute']:.2f} "
-          f"+ other {m['other']:.2f} ms")
+          f"+ other {m['other']:.2f} ms (the median of 3 runs' steps: "
+          f"{', '.join(f'{r.anatomy().step_time.iloc[0] * 1e3:.2f}' for r in runs)} ms)")
 """, volatile=True),
         code("""
 import matplotlib.pyplot as plt
