@@ -152,14 +152,11 @@ PACKED_MODEL = (32,) * 7  # an MLP of 16 tensors: one pack, or one all-reduce pe
 LARGE_BYTES = 4e6  # the ring whose bytes give the CPU per byte
 
 
-def calibrate_links(cluster: Any, workers: int = 2, steps: int = 60, save: bool = True,
-                    rounds: int = 2) -> dict[str, Any]:
+def calibrate_links(cluster: Any, workers: int = 2, steps: int = 60, save: bool = True) -> dict[str, Any]:
     """``wb.calibrate_links(cluster)``: the path ``cluster``'s engines talk over, measured
     with TF's own ring all-reduce (``multi_worker_mirrored``, ``workers`` engines, each step's
     timed communication, the median past the first two calls): ``alpha_s`` from a 16-tensor
-    model all-reduced in one pack and in 16 (the 15 more packs' 2(n-1) messages each), over
-    ``rounds`` rounds in the order 1, 16, 16, 1, ... (a drift of the machine's load over the
-    runs cancels),
+    model all-reduced in one pack and in 16 (the 15 more packs' 2(n-1) messages each),
     ``cpu_s_per_byte`` from a 4 MB model's ring: its time beyond 2(n-1) alpha over the time
     the cost model gives that ring at one second a byte (its busiest path's bytes, the cores'
     sharing included), so that the model predicts the ring it measured. The path is
@@ -176,7 +173,6 @@ def calibrate_links(cluster: Any, workers: int = 2, steps: int = 60, save: bool 
 
     workers = validate.positive_int("workers", workers, minimum=2)
     steps = validate.positive_int("steps", steps, minimum=20)
-    rounds = validate.positive_int("rounds", rounds)
     if not getattr(cluster, "running", False) or len(cluster.engines) < workers:
         raise invalid("cluster", cluster, f"a running cluster of at least {workers} engines")
     data = datasets.digits()
@@ -190,16 +186,8 @@ def calibrate_links(cluster: Any, workers: int = 2, steps: int = 60, save: bool 
         steady = h[h.step > 2 * spe]
         return float(steady.groupby("worker").comm_time.median().mean()), run
 
-    ones, eaches, packed = [], [], None
-    for r in range(rounds):
-        for per_pack in ((0, 1) if r % 2 == 0 else (1, 0)):
-            comm, run = ring(models.mlp(PACKED_MODEL), bytes_per_pack=per_pack)
-            if per_pack:
-                eaches.append(comm)
-            else:
-                ones.append(comm)
-                packed = packed or run
-    one, each = statistics.mean(ones), statistics.mean(eaches)
+    one, packed = ring(models.mlp(PACKED_MODEL))
+    each, _ = ring(models.mlp(PACKED_MODEL), bytes_per_pack=1)
     tensors = explain.trainable_bytes(packed.placement)[1]
     messages = 2 * (workers - 1)
     alpha = (each - one) / (messages * (tensors - 1))
