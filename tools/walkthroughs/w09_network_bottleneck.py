@@ -349,11 +349,12 @@ def ps_run(workers, ps=1, ps_rate="20mbit", slow=None, steps=40, worker_rate="1g
 def predicted(run):
     \"\"\"What the cost model predicts for ``run`` (``run.explain()``): steps/s, each PS
     host's link use; beside them the steps/s the run's figures measured (after its first
-    fifth of steps, as the dashboard counts them) and its ratio to the prediction.\"\"\"
+    fifth of steps, as the dashboard counts them), its ratio to the prediction, and the
+    whole table (``ratios``: measured / predicted by figure).\"\"\"
     e = run.explain()
     p, table = e.prediction, e.table.set_index("figure")
     return dict(steps_per_s=p["steps_per_s"], measured_steps_per_s=float(table.loc["steps/s", "measured"]),
-                ratio=float(table.loc["steps/s", "ratio"]),
+                ratio=float(table.loc["steps/s", "ratio"]), ratios=table.ratio,
                 ps_util=[p["link_util"].get(t.host, float("nan")) for t in run.tasks if t.role == "ps"])
 
 
@@ -397,7 +398,7 @@ if bed is not None:
           f"predicted x{ps_model['steps_per_s'] / sync['predicted']:.1f})")
     print(f"PSS's steps/s, measured / predicted with each worker at its own pace, within 0.75-1.25: "
           f"{0.75 <= ps_model['ratio'] <= 1.25} (measured {ps_model['ratio']:.2f})")
-    step = async_run.explain().table.set_index("figure").ratio  # a step's parts: each worker's by its steps
+    step = ps_model["ratios"]  # a step's parts: each worker's by its steps
     step_ratios = [step["step time per worker (ms)"], step["communication per step (ms)"]]
     print(f"PSS's step time and its communication, measured / predicted per step, within 0.75-1.25: "
           f"{all(0.75 <= r <= 1.25 for r in step_ratios)} (measured {step_ratios[0]:.2f} and {step_ratios[1]:.2f})")
