@@ -64,7 +64,7 @@ def test_the_reaper_ends_a_listed_pid_only_while_it_names_the_process_listed(tmp
     stranger = _stranger()
     (tmp_path / "clusters").mkdir()
     pidfile = tmp_path / "clusters" / "c.pids"
-    pidfile.write_text(f"{stranger}:{started(stranger) - 1}")
+    pidfile.write_text(f"{stranger}:{started(stranger) - 1} {stranger} x:y")  # a wrong start time; none; junk
     reaper.end_listed(str(pidfile))
     assert _alive(stranger) and not pidfile.exists()
     pidfile.write_text(f"{stranger}:{started(stranger)}")

@@ -48,10 +48,14 @@ def end_listed(pidfile: str, owner: int | None = None) -> None:
     TMPDIRs and the owner's zygote sockets (``kernel/zygote.py``)."""
     try:
         with open(pidfile) as f:
-            listed = [token.split(":") for token in f.read().split()]
-        pids = {int(pid) for pid, start in listed if started(int(pid)) == int(start)}  # not a recycled PID
-    except (OSError, ValueError):
+            tokens = f.read().split()
+    except OSError:
         return
+    pids = set()
+    for token in tokens:  # PID:START; a PID that started at another time names another process now
+        pid, _, start = token.partition(":")
+        if pid.isdigit() and start.isdigit() and started(int(pid)) == int(start):
+            pids.add(int(pid))
     processes = family(pids)
     for pid in processes:
         try:
