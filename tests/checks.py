@@ -29,7 +29,7 @@ def stop_process_tree(proc, what, ask=signal.SIGTERM, timeout=60):
     more, an AssertionError naming ``what`` is left."""
     import psutil
 
-    from workbench.kernel.engines.processes import family
+    from workbench.kernel.engines.processes import family, running
 
     processes = []
     for pid in family([proc.pid]):
@@ -43,12 +43,6 @@ def stop_process_tree(proc, what, ask=signal.SIGTERM, timeout=60):
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
         pass
-
-    def running(p):
-        try:
-            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
 
     def left():
         return [p for p in processes if running(p)]

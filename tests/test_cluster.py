@@ -1,5 +1,6 @@
 """Real local clusters: start, inventory, stop by PID, attach, start failures, recycling."""
 
+import contextlib
 import glob
 import json
 import os
@@ -17,17 +18,31 @@ from workbench.kernel.engines.processes import alive as _alive, family as _famil
 pytestmark = pytest.mark.cluster
 
 
+@contextlib.contextmanager
 def _stranger():
     """A process this one did not start (a shell's background child, reparented when the
-    shell exits): what an ended engine's PID can name once it is recycled."""
+    shell exits): what an ended engine's PID can name once it is recycled. Killed at the
+    end, whatever the test did."""
     import subprocess
 
-    return int(subprocess.run(["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"], capture_output=True,
-                              text=True, check=True).stdout)
+    import psutil
+
+    pid = int(subprocess.run(["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                             text=True, check=True).stdout)
+    process = psutil.Process(pid)
+    try:
+        yield pid
+    finally:
+        with contextlib.suppress(psutil.Error):
+            process.kill()  # psutil refuses the PID if it names another process by now
 
 
 def test_start_reports_engines_and_stop_leaves_no_process():
-    stranger = _stranger()
+    with _stranger() as stranger:
+        _stop_leaves_no_process(stranger)
+
+
+def _stop_leaves_no_process(stranger):
     with wb.Cluster(engines=2) as c:
         c.launched.pids.add(stranger)  # as if an engine of the cluster had ended and its PID been recycled
         table = c.engines
@@ -52,7 +67,6 @@ def test_start_reports_engines_and_stop_leaves_no_process():
     assert not c.running
     assert [p for p in pids if _alive(p)] == []
     assert _alive(stranger), "the cluster's stop ended a process it did not start"
-    os.kill(stranger, 9)
 
 
 def test_the_reaper_ends_a_listed_pid_only_while_it_names_the_process_listed(tmp_path):
@@ -61,15 +75,15 @@ def test_the_reaper_ends_a_listed_pid_only_while_it_names_the_process_listed(tmp
     from workbench.common.pids import started
     from workbench.kernel.launchers import reaper
 
-    stranger = _stranger()
-    (tmp_path / "clusters").mkdir()
-    pidfile = tmp_path / "clusters" / "c.pids"
-    pidfile.write_text(f"{stranger}:{started(stranger) - 1} {stranger} x:y")  # a wrong start time; none; junk
-    reaper.end_listed(str(pidfile))
-    assert _alive(stranger) and not pidfile.exists()
-    pidfile.write_text(f"{stranger}:{started(stranger)}")
-    reaper.end_listed(str(pidfile))
-    _wait_gone([stranger], timeout=10)
+    with _stranger() as stranger:
+        (tmp_path / "clusters").mkdir()
+        pidfile = tmp_path / "clusters" / "c.pids"
+        pidfile.write_text(f"{stranger}:{started(stranger) - 1} {stranger} x:y")  # a wrong start time; none; junk
+        reaper.end_listed(str(pidfile))
+        assert _alive(stranger) and not pidfile.exists()
+        pidfile.write_text(f"{stranger}:{started(stranger)}")
+        reaper.end_listed(str(pidfile))
+        _wait_gone([stranger], timeout=10)
 
 
 @ipp.interactive

@@ -7,7 +7,7 @@ import signal
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from workbench.common.pids import alive
 from workbench.errors import ClusterError
@@ -52,12 +52,6 @@ def reap(pids: Iterable[int | None], deadline: float) -> None:
         except psutil.Error:
             pass
 
-    def running(process) -> bool:  # the same process (psutil checks its start time), not a zombie
-        try:
-            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
-
     end = time.monotonic() + deadline
     while time.monotonic() < end and any(running(p) for p in processes):
         time.sleep(0.05)
@@ -67,6 +61,17 @@ def reap(pids: Iterable[int | None], deadline: float) -> None:
                 process.send_signal(signal.SIGKILL)  # psutil refuses a recycled PID
             except psutil.Error:
                 pass
+
+
+def running(process: Any) -> bool:
+    """Whether the ``psutil.Process`` ``process`` still runs: the same process (psutil checks
+    its start time, so a recycled PID is not it) and not a zombie."""
+    import psutil
+
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def wait_until(cond: Callable[[], object], timeout: float, what: Callable[[], str]) -> None:
