@@ -52,7 +52,7 @@ def test_a_float64_models_16_bit_messages_are_predicted_as_sent(cluster):
     are a quarter of its variables' bytes, not half (the model once took every value as
     float32); its packs are counted from the bytes as sent."""
     run = cluster.train(wb.models.mlp((64, 32), dtype="float64"), DIGITS, strategy="multi_worker_mirrored", workers=2,
-                        steps=20, global_batch_size=64, checkpoint_every=0, dashboard=False, compression="fp16",
+                        steps=30, global_batch_size=64, checkpoint_every=0, dashboard=False, compression="fp16",
                         bytes_per_pack=8500).wait(timeout=300)
     values = 64 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10
     assert explain.value_bytes(run.placement) == 8.0
@@ -84,9 +84,33 @@ def test_a_resumed_run_is_explained_from_its_newest_attempt(cluster):
     run = RecordedRun(resumed.run_dir)  # read from its files: both attempts' rows
     assert run.job.first_step == 121 and run.history.step.min() == 1
     measured = run.explain().table.set_index("figure").loc["steps/s", "measured"]
-    newest = figures.history_figures(run.history, 64, 121)["steps_per_s"]
+    # the newest attempt's steps past its first two calls, which trace again (explain.timed_from)
+    assert explain.timed_from(run.job) == 121 + run.job.steps_per_execution
+    newest = figures.history_figures(run.history, 64, explain.timed_from(run.job))["steps_per_s"]
     whole = figures.history_figures(run.history, 64)["steps_per_s"]
     assert measured == pytest.approx(newest) and measured != pytest.approx(whole, rel=1e-3), (measured, newest, whole)
+
+
+def test_a_short_runs_figures_leave_out_its_first_two_calls_which_trace(cluster):
+    """A run of four calls: ``run.anatomy()`` keeps all its steps, the tracing ones too (a
+    40-step run's first call took 14x a later one's), and explain() once read 21 ms a step
+    of "input, waiting and other" from them, against 2.6 ms past them, and named the run
+    overhead-bound. Its figures, measured and predicted, now count the steps after the
+    first two calls only."""
+    from workbench.common import figures
+
+    run = cluster.train(wb.models.mlp((64, 32)), DIGITS, strategy="multi_worker_mirrored", workers=2, steps=40,
+                        steps_per_execution=10, global_batch_size=64, checkpoint_every=0,
+                        dashboard=False).wait(timeout=300)
+    every, later = run.anatomy(), run.anatomy(skip=20)
+    assert every.steps.tolist() == [40, 40] and later.steps.tolist() == [20, 20]  # the view's default: every step
+    assert every.step_time.mean() > 1.5 * later.step_time.mean(), (every, later)  # the first calls trace
+    h = run.history
+    table = run.explain().table.set_index("figure")
+    assert table.loc["step time per worker (ms)", "measured"] == pytest.approx(later.step_time.mean() * 1e3)
+    # steps/s over the steps after the second call's end: calls 3 and 4 (explain.timed_from)
+    assert table.loc["steps/s", "measured"] == pytest.approx(figures.history_figures(h, 64, 11)["steps_per_s"])
+    assert figures.steady_stretch(h, 11)[0] == 20
 
 
 def test_a_parameter_server_run_counts_its_pulls_in_compute_and_a_ps_load(runs):
@@ -234,7 +258,7 @@ def test_an_embeddings_sparse_gradients_are_counted_and_predicted_as_gathered(cl
     data = wb.datasets.from_numpy(tokens, tokens[:, 0] % 10)
     dense = 4 * (dim * 10 + 10)
     for compression, value in ((None, 4), ("fp16", 2)):
-        run = cluster.train(model, data, strategy="multi_worker_mirrored", workers=2, global_batch_size=64, steps=20,
+        run = cluster.train(model, data, strategy="multi_worker_mirrored", workers=2, global_batch_size=64, steps=30,
                             loss="sparse_categorical_crossentropy", compression=compression, checkpoint_every=0,
                             dashboard=False).wait(timeout=300)
         rows = run.placement[run.placement.sparse_bytes.notna()]
@@ -251,7 +275,7 @@ def test_an_embeddings_sparse_gradients_are_counted_and_predicted_as_gathered(cl
     assert wb.predict(run, workers=4).table.set_index("figure").loc["steps/s", "predicted"] > 0
     # under parameter servers a worker pulls the table whole and pushes its rows (a worker's
     # batch of 32 x 16 tokens: int32 indices): the PS task's load is the table, its intake the rows
-    ps = cluster.train(model, data, strategy="parameter_server", workers=1, ps=1, global_batch_size=32, steps=20,
+    ps = cluster.train(model, data, strategy="parameter_server", workers=1, ps=1, global_batch_size=32, steps=30,
                        loss="sparse_categorical_crossentropy", checkpoint_every=0, dashboard=False).wait(timeout=300)
     rows = 32 * seq * (dim * 4 + 4)
     s = explain.scenario(ps)

@@ -95,11 +95,28 @@ def link_rates(run: Any) -> dict[str, int | None] | None:
     return rates() if callable(rates) else None
 
 
+def warm(job: Any) -> int:
+    """The first step the model's figures count, measured and predicted: past the newest
+    attempt's first two calls, which trace the step (a 40-step run's first call took 14x a
+    later one's: counted, the rest outside compute read 21 ms a step instead of 2.6). The
+    anatomy starts there; steps/s and the links' bytes are read from the rows of the second
+    call on (``timed_from``), whose stretch starts at that call's end or later."""
+    return job.first_step + 2 * (job.steps_per_execution or 1)
+
+
+def timed_from(job: Any) -> int:
+    """The ``first_step`` of the rows a run's measured steps/s, link bytes and worker shares
+    are read from (``figures.steady_stretch``: counted from the end of a step a fifth of the
+    way through them, here the second call's end or later): ``warm``'s steps."""
+    return job.first_step + (job.steps_per_execution or 1)
+
+
 def _parts(run: Any) -> dict[str, float] | None:
     """A worker's mean seconds per step in each part of the anatomy, over the run's steps
-    after its first two calls (each worker's weighed by its steps, as the model's figures
-    are: a parameter server's faster worker makes more of them); None without the anatomy."""
-    table = run.anatomy()
+    after its first two calls (``warm``; each worker's weighed by its steps, as the model's
+    figures are: a parameter server's faster worker makes more of them); None without the
+    anatomy, or before a step past those calls."""
+    table = run.anatomy(skip=warm(run.job) - 1)
     if table.empty:
         return None
 
@@ -142,7 +159,7 @@ def scenario(run: Any, parts: dict[str, float] | None = None, rate: float | None
     # run's steps/s but in no step's time: measured, as the rest outside communication
     per_worker = job.workers if spec.has_ps else 1
     if rate is None:
-        rate = figures.history_figures(run.history, job.global_batch_size, job.first_step)["steps_per_s"]
+        rate = figures.history_figures(run.history, job.global_batch_size, timed_from(job))["steps_per_s"]
     pauses = max(0.0, (per_worker / rate - parts["step_time"]) / per_worker) if rate == rate and rate > 0 else 0.0
     s = costmodel.Scenario(
         strategy=job.strategy, workers=job.workers, model_bytes=model_bytes, compute=parts["compute"], hosts=hosts,
@@ -175,7 +192,7 @@ def _label_bytes(job: Any) -> float:
 def explain(run: Any) -> Explanation:
     """``run.explain()``: see the module's docstring."""
     # one reading of each: a live dashboard redraws this every second
-    parts, h, first_step = _parts(run), run.history, run.job.first_step
+    parts, h, first_step = _parts(run), run.history, timed_from(run.job)  # past the tracing calls
     if parts is None:  # not read again below: a live run's anatomy can arrive in between (a dashboard crashed so)
         raise _unexplained(run)
     measured_rate = figures.history_figures(h, run.job.global_batch_size, first_step)["steps_per_s"]

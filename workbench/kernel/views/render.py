@@ -388,16 +388,16 @@ def figures_text(fig: dict, where: str) -> list[str]:
 
 
 def model_html(run: Any) -> str:
-    """The cost model's line (``run.explain()``): the sentence naming the bottleneck, with
-    predicted against measured, and the whole table folded under it; a note while the run
-    has no steps the model can read (its first two calls trace)."""
+    """The cost model's line (``run.explain()``): the sentence naming the bottleneck, with predicted
+    against measured, the table folded under it; a note while no step is past the two tracing calls."""
     from workbench.errors import ConfigError
 
     try:
         e = run.explain()
     except ConfigError:
         return ("<div class='wb-model' style='font:12px sans-serif;color:#555'><b>Predicted, then measured</b> · "
-                "waiting for steps past the first two calls</div>")
+                + ("no step past the first two calls (they trace): train more steps" if run.done else
+                   "waiting for steps past the first two calls") + "</div>")
     return (f"<div class='wb-model' style='font:12px sans-serif'><b>Predicted, then measured</b> · "
             f"{html.escape(e.sentence)}<details><summary>the model's figures</summary>{e._repr_html_()}"
             "</details></div>")
