@@ -450,7 +450,7 @@ measures it with TF's own ring across two of the bed's hosts, links unshaped (a 
 model all-reduced in one pack and in 16: the 15 more packs' messages give the wait each),
 and `wb.predict(run, latency=...)` predicts the same run with it. `save=False`: the
 measurement is used here, not kept for this machine's later explanations. The ratio is
-printed, not checked: two executions of this notebook on one day measured 0.82 and 1.55 ms
+printed, not checked: executions of this notebook on this machine measured 0.82-1.77 ms
 a message, and the model takes one latency for two things that differ here, a
 collective's own (a 1-pack ring on this loopback: about 1.4 ms a message) and each
 further pack's (about 0.8 ms), which is what the calibration measures.
