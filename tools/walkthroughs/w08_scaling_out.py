@@ -162,6 +162,33 @@ pd.DataFrame([{"role": t.role, "index": t.index, "host": t.host, "TF server": t.
 tasks[0].tf_config["cluster"]
 """),
         md("""
+Drawn: each box is an engine, in its host's row at its local rank, which is also the one
+GPU it sees; its colour is the task the plan gave it (8 engines, 7 tasks: one engine is
+left without a task).
+"""),
+        code("""
+import matplotlib.pyplot as plt
+
+colours = {"chief": "#dd8452", "ps": "#55a868", "worker": "#4c72b0", None: "#dddddd"}
+ranks, task_of = roles.local_ranks(engines), {t.engine_id: t for t in tasks}
+names = sorted({e.host for e in engines})
+fig, ax = plt.subplots(figsize=(8, 2.6))
+for e in engines:
+    t = task_of.get(e.id)
+    x, y = ranks[e.id], names.index(e.host)
+    ax.add_patch(plt.Rectangle((x + 0.04, y + 0.08), 0.92, 0.84, color=colours[t.role if t else None]))
+    ax.text(x + 0.5, y + 0.5, f"engine {e.id}: {t.name if t else 'no task'}\\n"
+            f"CUDA_VISIBLE_DEVICES={env[e.id]['CUDA_VISIBLE_DEVICES']}\\n{t.target if t else ''}",
+            ha="center", va="center", fontsize=7.5, color="white" if t else "black")
+ax.set(xlim=(0, 4), ylim=(len(names), 0), xticks=[r + 0.5 for r in range(4)],
+       xticklabels=[f"local rank {r} (GPU {r})" for r in range(4)], yticks=[i + 0.5 for i in range(len(names))],
+       yticklabels=names, title="the plan: one engine per GPU, tasks spread over the hosts")
+fig.legend([plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
+           ["chief", "PS task", "worker", "engine without a task"], loc="lower center", ncol=4, fontsize=8,
+           bbox_to_anchor=(0.5, -0.1))
+plt.show()
+"""),
+        md("""
 ## Before you run on a real network
 
 TensorFlow's gRPC servers listen on **every** interface with no authentication

@@ -66,6 +66,28 @@ pss = cluster.train(strategy="parameter_server", workers=2, ps=1, **args).wait()
 wb.within(pss.evaluation["test_accuracy"], 0.85, 1.0, "test accuracy")
 """),
         md("""
+Drawn: the two runs' loss per step (left) and each run's test accuracy against the band
+the cell above states (right). Run the notebook again and the synchronous curve and its
+point come back exactly; the parameter server's move, inside the band.
+"""),
+        code("""
+import matplotlib.pyplot as plt
+
+fig, (curves, band) = plt.subplots(1, 2, figsize=(9, 3.6), gridspec_kw={"width_ratios": [2, 1]}, layout="constrained")
+for r, label, colour in ((run, "all-reduce (seeded: the same every time)", "#4c72b0"),
+                         (pss, "parameter server, 2 workers (varies)", "#dd8452")):
+    curves.plot(r.history.groupby("step").loss.mean(), color=colour, label=label)
+curves.set(xlabel="step", ylabel="training loss (mean over workers)", yscale="log", title="loss per step")
+band.axhspan(0.85, 1.0, color="#55a868", alpha=0.2, label="the band wb.within checks: 0.85-1.0")
+band.plot([0], [run.evaluation["test_accuracy"]], "o", color="#4c72b0", label="all-reduce: compared as printed")
+band.plot([1], [pss.evaluation["test_accuracy"]], "s", color="#dd8452", label="parameter server: inside the band?")
+band.set(xlim=(-0.5, 1.5), ylim=(0.8, 1.0), xticks=[0, 1], xticklabels=["all-reduce", "param. server"],
+         ylabel="test accuracy", title="what nbval compares")
+for ax in (curves, band):  # each legend under its chart
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8)
+plt.show()
+"""),
+        md("""
 `wb.compare` is compared through each run's line too; its table's speeds are not.
 """),
         code("""
