@@ -4,11 +4,11 @@ what a run measured, and for runs not made.
 A run is turned into the model's ``Scenario``: its strategy and topology, its model's
 trainable bytes (from the placement its tasks reported) at its messages' precision, where
 each task ran, each link it crossed (the rate the test bed set, the latency and framing
-measured here) and what it measured of its own steps outside communication: compute,
-input, waiting, the rest, past its first two calls (``warm``). The model predicts the communication, the bytes on each link,
-each link's use and each parameter server's load; ``explain`` puts each figure beside the
-run's own measurement. What the model takes from the run as it is, and what it predicts,
-is said in each row's ``source``.
+measured here) and what it measured of its own steps outside communication (compute,
+input, waiting, the rest) past its first two calls (``warm``). The model predicts the
+communication, the bytes on each link, each link's use and each parameter server's load;
+``explain`` puts each figure beside the run's own measurement. What the model takes from
+the run as it is, and what it predicts, is said in each row's ``source``.
 
 ``predict(calibration, workers=8, link="1gbit", ...)`` takes a finished run as the
 calibration of compute (seconds per example and parameter of one worker, with the cores it
