@@ -70,9 +70,10 @@ def test_a_worker_that_dies_fails_the_run_at_once_and_nothing_runs_after_it(tmp_
     (tests / "test_testbed.py").write_text("def test_serial_after():\n    pass\n")
     (tests / "test_b.py").write_text(OTHER)
     (tmp_path / "shared").mkdir()
+    (tmp_path / "tmp").mkdir()  # the suite's conftest makes a home there; the killed worker's stays in tmp_path
     done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-v", "-p", "no:cacheprovider"], cwd=tmp_path,
-                          env=dict(os.environ, SHARED=str(tmp_path / "shared")), capture_output=True, text=True,
-                          timeout=300)
+                          env=dict(os.environ, SHARED=str(tmp_path / "shared"), TMPDIR=str(tmp_path / "tmp")),
+                          capture_output=True, text=True, timeout=300)
     out = done.stdout
     assert done.returncode == 1, out[-3000:]
     # the crash is named in the failure's section and again in the short summary, whose line
