@@ -97,6 +97,13 @@ def _parts(h: pd.DataFrame) -> dict:
     return {**measured, "other": wall - four, "wall": wall}
 
 
+def traced(first_step: int, steps_per_execution: int) -> int:
+    """The last step of an attempt's first two calls, which trace its step function (a
+    40-step run's first call took 14x a later one's): the steps before ``first_step`` and
+    those two calls', what a figure of the attempt's steady steps leaves out."""
+    return first_step - 1 + 2 * (steps_per_execution or 1)
+
+
 def per_step(history: pd.DataFrame) -> pd.DataFrame:
     """Seconds per (worker, step) in each part, from the rows' columns; the history's rows
     with anatomy only."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.common import costmodel, figures, strategies, validate
 from workbench.common import placement as placement_of
+from workbench.common.anatomy import traced
 from workbench.common.costmodel import Link, without_pulls
 from workbench.common.explanation import Explanation
 from workbench.common.placement import (  # noqa: F401 - as explain.* too (calibrate, walkthrough 12)
@@ -97,11 +98,11 @@ def link_rates(run: Any) -> dict[str, int | None] | None:
 
 def warm(job: Any) -> int:
     """The first step the model's figures count, measured and predicted: past the newest
-    attempt's first two calls, which trace the step (a 40-step run's first call took 14x a
-    later one's: counted, the rest outside compute read 21 ms a step instead of 2.6). The
-    anatomy starts there; steps/s and the links' bytes are read from the rows of the second
-    call on (``timed_from``), whose stretch starts at that call's end or later."""
-    return job.first_step + 2 * (job.steps_per_execution or 1)
+    attempt's first two calls, which trace the step (``anatomy.traced``; counted, a 40-step
+    run's rest outside compute read 21 ms a step instead of 2.6). The anatomy starts there;
+    steps/s and the links' bytes are read from the rows of the second call on
+    (``timed_from``), whose stretch starts at that call's end or later."""
+    return traced(job.first_step, job.steps_per_execution) + 1
 
 
 def timed_from(job: Any) -> int:
@@ -116,7 +117,7 @@ def _parts(run: Any) -> dict[str, float] | None:
     after its first two calls (``warm``; each worker's weighed by its steps, as the model's
     figures are: a parameter server's faster worker makes more of them); None without the
     anatomy, or before a step past those calls."""
-    table = run.anatomy(skip=warm(run.job) - 1)
+    table = run.anatomy(skip=traced(run.job.first_step, run.job.steps_per_execution))
     if table.empty:
         return None
 

@@ -228,7 +228,7 @@ class RunLog:
 
         spe = self.steps_per_execution
         if skip is None:
-            skip = first_step - 1 + (2 * spe if steps - first_step + 1 > 4 * spe else 0)
+            skip = anatomy.traced(first_step, spe) if steps - first_step + 1 > 4 * spe else first_step - 1
         key = (self._version, None if self.links is None else self.links.count, skip)
         if self._anatomy[0] != key:  # the dashboard asks every second: rebuilt only when rows arrived
             self._anatomy = (key, anatomy.table(self.history, skip=skip))

@@ -167,7 +167,7 @@ def calibrate_links(cluster: Any, workers: int = 2, steps: int = 60, save: bool 
     import os
 
     from workbench import datasets, models
-    from workbench.common import costmodel, validate
+    from workbench.common import anatomy, costmodel, validate
     from workbench.kernel.runs import explain
     from workbench.store import calibration
 
@@ -183,7 +183,7 @@ def calibrate_links(cluster: Any, workers: int = 2, steps: int = 60, save: bool 
                             global_batch_size=16 * workers, steps_per_execution=spe, checkpoint_every=0,
                             learning_rate=0.01, dashboard=False, logs=False, **options).wait(timeout=900)
         h = run.history
-        steady = h[h.step > 2 * spe]
+        steady = h[h.step > anatomy.traced(1, spe)]
         return float(steady.groupby("worker").comm_time.median().mean()), run
 
     one, packed = ring(models.mlp(PACKED_MODEL))
